@@ -1,0 +1,530 @@
+"""The one hardened XML entry point for ResourceSync documents.
+
+Safety (house style §2): lxml's pull parser with entity resolution off, no network, no DTD
+loading and ``huge_tree`` off; any DTD at all is refused (ResourceSync documents never need one,
+and refusing it stops XXE and entity expansion before a single entity is read); input over a
+byte cap is refused before parsing; nesting deeper than a Sitemap can be is refused; only UTF-8
+is accepted (the Sitemap protocol requires it).
+
+Streaming: bytes are fed to the pull parser in chunks and every ``<url>``/``<sitemap>`` is
+turned into an :class:`~resourcesync.models.Entry` and then cleared from the tree, so a
+50,000-entry list never exists twice in memory. :func:`stream_document` hands entries out one
+by one; :func:`parse_document` collects them.
+
+Attribute values that do not convert (a bad datetime, a non-integer length, a malformed hash)
+do not abort the parse: they are recorded as :class:`~resourcesync.violations.Violation` in
+``Document.problems`` and left out of the model, so the validator can report every problem
+of a document at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from lxml import etree
+
+from . import namespaces as ns
+from .errors import (
+    DocumentError,
+    DocumentTooLargeError,
+    MalformedXMLError,
+    NotResourceSyncError,
+    UnsafeXMLError,
+    WrongNamespaceError,
+)
+from .hashes import HashSyntaxError, parse_hashes
+from .models import Document, Entry, Link, Metadata, Root
+from .violations import Severity, Violation
+from .w3cdt import W3CDatetimeError, parse_w3c_datetime
+
+CHUNK_BYTES = 1 << 20
+# urlset > url > rs:ln is depth 3; foreign extensions (e.g. image sitemaps) may nest a little
+# more. Anything deeper is not a Sitemap and is refused before it can cost anything.
+MAX_DEPTH = 8
+
+_SECTION_ATTRS = "Z39.99 §7"
+_DATETIME_ATTRS = frozenset({"at", "completed", "from", "until", "datetime", "modified"})
+_MD_ATTRS = frozenset(
+    {"capability", "change", "path", "type", "encoding", "hash", "length"} | _DATETIME_ATTRS
+)
+_LN_ATTRS = frozenset(
+    {"rel", "href", "hash", "length", "path", "pri", "type", "encoding", "profile", "modified"}
+)
+
+
+@dataclass
+class DocumentHead:
+    """What precedes the entries: the root element and the document-level md/ln."""
+
+    root: Root
+    md: Metadata
+    links: tuple[Link, ...]
+
+
+@dataclass
+class _State:
+    problems: list[Violation] = field(default_factory=list)
+    size: int = 0
+
+    def problem(
+        self,
+        rule: str,
+        message: str,
+        *,
+        entry: int | None,
+        line: int | None,
+        section: str = _SECTION_ATTRS,
+        severity: Severity = Severity.ERROR,
+    ) -> None:
+        self.problems.append(
+            Violation(
+                rule=rule,
+                message=message,
+                section=section,
+                severity=severity,
+                entry=entry,
+                line=line,
+            )
+        )
+
+
+def _new_parser() -> etree.XMLPullParser:
+    return etree.XMLPullParser(
+        events=("start", "end"),
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+    )
+
+
+def _chunks_of(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    for start in range(0, len(view), CHUNK_BYTES):
+        yield bytes(view[start : start + CHUNK_BYTES])
+
+
+def parse_document(data: bytes, *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> Document:
+    """Parse one ResourceSync document from bytes.
+
+    Raises a :class:`~resourcesync.errors.DocumentError` subclass when the bytes are not a
+    usable document; value-level problems end up in ``Document.problems`` instead.
+    """
+    if len(data) > max_bytes:
+        raise DocumentTooLargeError(f"document is {len(data)} bytes; the limit is {max_bytes}")
+    return parse_chunks(_chunks_of(data), max_bytes=max_bytes)
+
+
+def parse_chunks(chunks: Iterable[bytes], *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> Document:
+    """Parse a document arriving as byte chunks (a file or an HTTP body)."""
+    stream = stream_document(chunks, max_bytes=max_bytes)
+    entries = tuple(stream)
+    head = stream.head
+    assert head is not None  # stream_document raises before finishing without a head
+    return Document.model_construct(
+        root=head.root,
+        md=head.md,
+        links=head.links,
+        entries=entries,
+        problems=tuple(stream.problems),
+        size=stream.size,
+    )
+
+
+class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
+    """Iterate over a document's entries as they are parsed.
+
+    ``head`` (root, document ``rs:md`` and ``rs:ln``) is set once the first entry is
+    reached (the Sitemap schema puts them first); ``problems`` and ``size`` are complete
+    once iteration ends.
+    """
+
+    def __init__(self, chunks: Iterable[bytes], *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> None:
+        self.head: DocumentHead | None = None
+        self._state = _State()
+        self._iterator = self._run(iter(chunks), max_bytes)
+
+    @property
+    def problems(self) -> list[Violation]:
+        return self._state.problems
+
+    @property
+    def size(self) -> int:
+        return self._state.size
+
+    def __iter__(self) -> stream_document:
+        return self
+
+    def __next__(self) -> Entry:
+        return next(self._iterator)
+
+    def _run(self, chunks: Iterator[bytes], max_bytes: int) -> Iterator[Entry]:
+        parser = _new_parser()
+        state = self._state
+        depth = 0
+        root_el: Any = None
+        root_kind: Root = "urlset"
+        entry_tag = ns.URL
+        doc_md: Metadata | None = None
+        doc_links: list[Link] = []
+        index = 0
+
+        def events() -> Iterator[tuple[str, Any]]:
+            try:
+                for chunk in chunks:
+                    state.size += len(chunk)
+                    if state.size > max_bytes:
+                        raise DocumentTooLargeError(
+                            f"document is over the limit of {max_bytes} bytes"
+                        )
+                    parser.feed(chunk)
+                    yield from parser.read_events()
+                parser.close()
+                yield from parser.read_events()
+            except etree.XMLSyntaxError as exc:
+                raise _syntax_error(exc) from exc
+
+        for event, el in events():
+            if event == "start":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise MalformedXMLError(
+                        f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap",
+                        line=el.sourceline,
+                    )
+                if depth == 1:
+                    root_el = el
+                    root_kind = _check_root(el)
+                    entry_tag = ns.URL if root_kind == "urlset" else ns.SITEMAP
+                continue
+
+            # event == "end"
+            depth -= 1
+            if depth != 1:
+                continue
+            tag = el.tag
+            if tag == entry_tag or tag in (ns.URL, ns.SITEMAP):
+                if self.head is None:
+                    self.head = _head(root_kind, doc_md, doc_links, el.sourceline)
+                if tag != entry_tag:
+                    state.problem(
+                        "entry-element",
+                        f"<{_local(tag)}> inside <{root_kind}>; expected <{_local(entry_tag)}>",
+                        entry=index,
+                        line=el.sourceline,
+                        section="Z39.99 §7",
+                    )
+                entry = _entry(el, index, state)
+                index += 1
+                _release(el, root_el)
+                yield entry
+            elif tag == ns.RS_MD:
+                if doc_md is not None:
+                    state.problem(
+                        "md-repeated",
+                        "more than one document-level <rs:md>",
+                        entry=None,
+                        line=el.sourceline,
+                    )
+                else:
+                    doc_md = _metadata(el, None, state)
+                _release(el, root_el)
+            elif tag == ns.RS_LN:
+                link = _link(el, None, state)
+                if link is not None:
+                    doc_links.append(link)
+                _release(el, root_el)
+            else:
+                _unknown_element(el, None, state)
+                _release(el, root_el)
+
+        if root_el is None:
+            raise MalformedXMLError("empty document")
+        if self.head is None:
+            self.head = _head(root_kind, doc_md, doc_links, None)
+
+
+def _head(root: Root, md: Metadata | None, links: list[Link], line: int | None) -> DocumentHead:
+    if md is None:
+        raise NotResourceSyncError(
+            "no document-level <rs:md capability=...> before the first entry: a plain "
+            "Sitemap, not a ResourceSync document (Z39.99 §7)",
+            line=line,
+        )
+    return DocumentHead(root=root, md=md, links=tuple(links))
+
+
+def _syntax_error(exc: etree.XMLSyntaxError) -> DocumentError:
+    message = str(exc.msg) if exc.msg else str(exc)
+    if "Entity" in message or "entity" in message:
+        return UnsafeXMLError(f"entity reference refused: {message}", line=exc.lineno)
+    return MalformedXMLError(f"not well-formed XML: {message}", line=exc.lineno)
+
+
+def _check_root(el: Any) -> Root:
+    info = el.getroottree().docinfo
+    if info.internalDTD is not None or info.externalDTD is not None or info.system_url:
+        raise UnsafeXMLError(
+            "document declares a DTD; ResourceSync documents never need one and DTDs are "
+            "refused (they enable XXE and entity-expansion attacks)",
+            line=el.sourceline,
+        )
+    encoding = (info.encoding or "UTF-8").upper()
+    if encoding not in ("UTF-8", "UTF8", "US-ASCII", "ASCII"):
+        raise MalformedXMLError(
+            f"document is encoded as {info.encoding}; Sitemaps must be UTF-8",
+            line=el.sourceline,
+        )
+    tag = el.tag
+    if tag == ns.URLSET:
+        return "urlset"
+    if tag == ns.SITEMAPINDEX:
+        return "sitemapindex"
+    local = _local(tag)
+    if local in ("urlset", "sitemapindex"):
+        namespace = _namespace(tag) or "no namespace"
+        raise WrongNamespaceError(
+            f"root <{local}> is in {namespace}; ResourceSync documents use {ns.SITEMAP_NS}",
+            line=el.sourceline,
+        )
+    raise NotResourceSyncError(
+        f"root element <{local}> is not <urlset> or <sitemapindex>", line=el.sourceline
+    )
+
+
+def _release(el: Any, root: Any) -> None:
+    """Drop a processed child and everything before it, keeping memory flat."""
+    el.clear(keep_tail=False)
+    while el.getprevious() is not None:
+        del root[0]
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def _namespace(tag: str) -> str | None:
+    return tag[1:].partition("}")[0] if tag.startswith("{") else None
+
+
+def _unknown_element(el: Any, entry: int | None, state: _State) -> None:
+    """Foreign-namespace extensions are allowed and ignored; our own namespaces are not."""
+    tag = el.tag
+    if not isinstance(tag, str):
+        return
+    namespace = _namespace(tag)
+    local = _local(tag)
+    if namespace in (ns.SITEMAP_NS, ns.RS_NS) or namespace is None:
+        state.problem(
+            "unknown-element",
+            f"unexpected element <{local}>"
+            + ("" if namespace else " with no namespace")
+            + (" inside an entry" if entry is not None else " at document level"),
+            entry=entry,
+            line=el.sourceline,
+        )
+    elif local in ("md", "ln") and namespace.rstrip("/") == ns.RS_NS.rstrip("/"):
+        state.problem(
+            "wrong-namespace",
+            f"<{local}> is in {namespace}; the ResourceSync namespace is {ns.RS_NS}",
+            entry=entry,
+            line=el.sourceline,
+        )
+
+
+def _entry(el: Any, index: int, state: _State) -> Entry:
+    loc: str | None = None
+    lastmod: datetime | None = None
+    changefreq: str | None = None
+    priority: float | None = None
+    md: Metadata | None = None
+    links: list[Link] = []
+    for child in el:
+        tag = child.tag
+        if tag == ns.LOC:
+            loc = (child.text or "").strip()
+        elif tag == ns.RS_MD:
+            if md is not None:
+                state.problem(
+                    "md-repeated",
+                    "more than one <rs:md> in an entry (§7: not repeatable)",
+                    entry=index,
+                    line=child.sourceline,
+                )
+            else:
+                md = _metadata(child, index, state)
+        elif tag == ns.RS_LN:
+            link = _link(child, index, state)
+            if link is not None:
+                links.append(link)
+        elif tag == ns.LASTMOD:
+            lastmod = _datetime(child.text or "", "<lastmod>", index, child.sourceline, state)
+        elif tag == ns.CHANGEFREQ:
+            changefreq = (child.text or "").strip()
+        elif tag == ns.PRIORITY:
+            priority = _priority(child.text or "", index, child.sourceline, state)
+        else:
+            _unknown_element(child, index, state)
+    if not loc:
+        state.problem(
+            "loc-missing",
+            "entry has no <loc> (mandatory, Z39.99 §7)",
+            entry=index,
+            line=el.sourceline,
+        )
+        loc = ""
+    return Entry.model_construct(
+        loc=loc,
+        lastmod=lastmod,
+        changefreq=changefreq,
+        priority=priority,
+        md=md,
+        links=tuple(links),
+    )
+
+
+def _datetime(
+    text: str, what: str, entry: int | None, line: int | None, state: _State
+) -> datetime | None:
+    try:
+        return parse_w3c_datetime(text)
+    except W3CDatetimeError as exc:
+        state.problem("datetime-syntax", f"{what}: {exc}", entry=entry, line=line)
+        return None
+
+
+def _priority(text: str, entry: int, line: int | None, state: _State) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        state.problem(
+            "priority-range",
+            f"<priority> {text.strip()!r} is not a number from 0.0 to 1.0",
+            entry=entry,
+            line=line,
+            section="Sitemap protocol",
+        )
+        return None
+    return value
+
+
+def _integer(
+    text: str, what: str, entry: int | None, line: int | None, state: _State
+) -> int | None:
+    value = text.strip()
+    if value.isascii() and value.isdigit():
+        return int(value)
+    state.problem(
+        "length-integer" if what == "length" else f"{what}-integer",
+        f"{what}={text!r} is not a non-negative integer",
+        entry=entry,
+        line=line,
+    )
+    return None
+
+
+def _attributes(
+    el: Any,
+    known: frozenset[str],
+    element: str,
+    entry: int | None,
+    state: _State,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Split an element's attributes into converted known ones and foreign extras."""
+    values: dict[str, Any] = {}
+    extra: dict[str, str] = {}
+    line = el.sourceline
+    for name, raw in el.attrib.items():
+        if name in known:
+            converter = _CONVERTERS.get(name)
+            if converter is None:
+                values[name] = raw
+            else:
+                value = converter(raw, f"{element}@{name}", entry, line, state)
+                if value is not None:
+                    values[name] = value
+        elif name.startswith("{"):
+            if _namespace(name) == ns.RS_NS:
+                state.problem(
+                    "attribute-prefixed",
+                    f"{element} attribute rs:{_local(name)} must not have a namespace prefix",
+                    entry=entry,
+                    line=line,
+                )
+            else:
+                extra[name] = raw
+        else:
+            state.problem(
+                "unknown-attribute",
+                f"{element} has unknown attribute {name!r}; extensions must use their own "
+                "XML namespace",
+                entry=entry,
+                line=line,
+            )
+    return values, extra
+
+
+def _hash_attr(
+    raw: str, what: str, entry: int | None, line: int | None, state: _State
+) -> tuple[Any, ...] | None:
+    try:
+        return parse_hashes(raw)
+    except HashSyntaxError as exc:
+        state.problem("hash-syntax", f"{what}: {exc}", entry=entry, line=line)
+        return None
+
+
+def _pri_attr(
+    raw: str, what: str, entry: int | None, line: int | None, state: _State
+) -> int | None:
+    value = _integer(raw, "pri", entry, line, state)
+    if value is not None and not 1 <= value <= 999_999:
+        state.problem("pri-range", f"{what}={raw!r} is outside 1..999999", entry=entry, line=line)
+        return None
+    return value
+
+
+def _dt_attr(raw: str, what: str, entry: int | None, line: int | None, state: _State) -> Any:
+    return _datetime(raw, what, entry, line, state)
+
+
+def _len_attr(raw: str, what: str, entry: int | None, line: int | None, state: _State) -> Any:
+    return _integer(raw, "length", entry, line, state)
+
+
+_Converter = Callable[[str, str, "int | None", "int | None", _State], Any]
+_CONVERTERS: dict[str, _Converter] = {
+    **dict.fromkeys(_DATETIME_ATTRS, _dt_attr),
+    "hash": _hash_attr,
+    "length": _len_attr,
+    "pri": _pri_attr,
+}
+
+
+def _metadata(el: Any, entry: int | None, state: _State) -> Metadata:
+    values, extra = _attributes(el, _MD_ATTRS, "<rs:md>", entry, state)
+    if "from" in values:
+        values["from_"] = values.pop("from")
+    return Metadata.model_construct(extra=extra, **values)
+
+
+def _link(el: Any, entry: int | None, state: _State) -> Link | None:
+    values, extra = _attributes(el, _LN_ATTRS, "<rs:ln>", entry, state)
+    missing = [name for name in ("rel", "href") if not values.get(name)]
+    if missing:
+        state.problem(
+            "link-attributes",
+            f"<rs:ln> without mandatory {' and '.join(missing)}",
+            entry=entry,
+            line=el.sourceline,
+        )
+        return None
+    return Link.model_construct(extra=extra, **values)

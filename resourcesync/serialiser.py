@@ -1,0 +1,161 @@
+"""Write documents as XML valid against the official schemas.
+
+Order is what the Sitemap 0.9 and ResourceSync 1.1 XSDs require: at document level the
+``rs:ln`` and ``rs:md`` elements (``xsd:any ##other``) before the first ``<url>``; inside an
+entry ``<loc>``, ``<lastmod>``, ``<changefreq>``, ``<priority>``, then ``rs:md``, then
+``rs:ln``. Datetimes are written ``YYYY-MM-DDThh:mm:ss[.s]Z`` (Z39.99 §7's recommendation).
+
+Text is built directly rather than through an element tree: it is several times faster for
+50,000-entry lists and the escaping rules for the handful of values involved are simple.
+:func:`iter_serialise` yields one string per entry so large documents can be streamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from . import namespaces as ns
+from .hashes import HashValue
+from .models import Document, Entry, Link, Metadata
+from .w3cdt import format_w3c_datetime
+
+_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
+_XMLNS = f'xmlns="{ns.SITEMAP_NS}" xmlns:rs="{ns.RS_NS}"'
+
+# Attribute order follows Table 3 of Z39.99 §7 so output is stable and easy to diff.
+_MD_ORDER = (
+    "capability",
+    "at",
+    "completed",
+    "from_",
+    "until",
+    "change",
+    "datetime",
+    "hash",
+    "length",
+    "path",
+    "type",
+    "encoding",
+    "modified",
+)
+_LN_ORDER = (
+    "rel",
+    "href",
+    "modified",
+    "hash",
+    "length",
+    "path",
+    "pri",
+    "type",
+    "encoding",
+    "profile",
+)
+_ATTR_NAME = {"from_": "from"}
+
+_TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_ATTR_ESCAPES = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        '"': "&quot;",
+        "\n": "&#10;",
+        "\t": "&#9;",
+        "\r": "&#13;",
+    }
+)
+
+
+def serialise(document: Document) -> bytes:
+    """The whole document as UTF-8 bytes."""
+    return "".join(iter_serialise(document)).encode("utf-8")
+
+
+def iter_serialise(document: Document) -> Iterator[str]:
+    """The document as a sequence of strings: head, one per entry, tail."""
+    yield serialise_head(document)
+    entry_tag = "url" if document.root == "urlset" else "sitemap"
+    for entry in document.entries:
+        yield serialise_entry(entry, entry_tag)
+    yield serialise_tail(document)
+
+
+def serialise_head(document: Document) -> str:
+    parts = [_HEAD, f"<{document.root} {_XMLNS}>\n"]
+    for link in document.links:
+        parts.append("  " + _link(link) + "\n")
+    parts.append("  " + _element("rs:md", _attrs(document.md, _MD_ORDER)) + "\n")
+    return "".join(parts)
+
+
+def serialise_tail(document: Document) -> str:
+    return f"</{document.root}>\n"
+
+
+def serialise_entry(entry: Entry, tag: str = "url") -> str:
+    parts = [f"  <{tag}>\n    <loc>", entry.loc.translate(_TEXT_ESCAPES), "</loc>\n"]
+    if entry.lastmod is not None:
+        parts += ["    <lastmod>", format_w3c_datetime(entry.lastmod), "</lastmod>\n"]
+    if entry.changefreq is not None:
+        parts += ["    <changefreq>", entry.changefreq.translate(_TEXT_ESCAPES), "</changefreq>\n"]
+    if entry.priority is not None:
+        parts += ["    <priority>", _priority(entry.priority), "</priority>\n"]
+    if entry.md is not None:
+        parts += ["    ", _element("rs:md", _attrs(entry.md, _MD_ORDER)), "\n"]
+    for link in entry.links:
+        parts += ["    ", _link(link), "\n"]
+    parts.append(f"  </{tag}>\n")
+    return "".join(parts)
+
+
+def _priority(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".") if value else "0.0"
+
+
+def _link(link: Link) -> str:
+    return _element("rs:ln", _attrs(link, _LN_ORDER))
+
+
+def _element(tag: str, attrs: Iterable[tuple[str, str]]) -> str:
+    text = "".join(f' {name}="{value.translate(_ATTR_ESCAPES)}"' for name, value in attrs)
+    return f"<{tag}{text}/>"
+
+
+def _attrs(model: Metadata | Link, order: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    values = model.__dict__
+    for name in order:
+        value = values.get(name)
+        if value is None or value == ():
+            continue
+        yield _ATTR_NAME.get(name, name), _text(value)
+    yield from _foreign(model.extra)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, datetime):
+        return format_w3c_datetime(value)
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value if isinstance(v, HashValue))
+    return str(value)
+
+
+def _foreign(extra: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """Foreign-namespace attributes (Clark names), each with an inline prefix declaration.
+
+    Declaring prefixes on the element keeps it well-formed without tracking prefixes
+    document-wide; such attributes are rare.
+    """
+    prefixes: dict[str, str] = {}
+    for name, value in extra.items():
+        namespace, _, local = name[1:].partition("}")
+        if namespace == "http://www.w3.org/XML/1998/namespace":
+            yield f"xml:{local}", value
+            continue
+        if namespace not in prefixes:
+            prefixes[namespace] = f"ext{len(prefixes)}"
+            yield f"xmlns:{prefixes[namespace]}", namespace
+        yield f"{prefixes[namespace]}:{local}", value

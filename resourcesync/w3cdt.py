@@ -1,0 +1,84 @@
+"""W3C Datetime (https://www.w3.org/TR/NOTE-datetime), as Z39.99 §7 requires.
+
+Every profile parses: ``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, ``YYYY-MM-DDThh:mmTZD``,
+``YYYY-MM-DDThh:mm:ssTZD`` and ``YYYY-MM-DDThh:mm:ss.sTZD``. Values are normalised to aware
+UTC datetimes; a value with a time but no zone designator is rejected (the note requires one),
+a date-only value means midnight UTC. Output is always ``YYYY-MM-DDThh:mm:ss[.s]Z``, the form
+the spec recommends.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+_W3C = re.compile(
+    r"(?P<year>\d{4})"
+    r"(?:-(?P<month>\d{2})"
+    r"(?:-(?P<day>\d{2})"
+    r"(?:T(?P<hour>\d{2}):(?P<minute>\d{2})"
+    r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
+    r"(?P<tz>Z|[+-]\d{2}:\d{2}))?"
+    r")?)?"
+)
+
+
+class W3CDatetimeError(ValueError):
+    """The text is not a W3C Datetime."""
+
+
+def parse_w3c_datetime(text: str) -> datetime:
+    """Parse a W3C Datetime into an aware UTC :class:`datetime`.
+
+    Fractions finer than a microsecond are truncated (Python's resolution).
+    """
+    value = text.strip()
+    match = _W3C.fullmatch(value)
+    if match is None:
+        raise W3CDatetimeError(
+            f"{text!r} is not a W3C Datetime (expected e.g. 2013-01-03T09:00:00Z)"
+        )
+    parts = match.groupdict()
+    fraction = parts["fraction"] or ""
+    try:
+        moment = datetime(
+            int(parts["year"]),
+            int(parts["month"] or 1),
+            int(parts["day"] or 1),
+            int(parts["hour"] or 0),
+            int(parts["minute"] or 0),
+            int(parts["second"] or 0),
+            int((fraction + "000000")[:6]),
+            tzinfo=_zone(parts["tz"]),
+        )
+    except ValueError as exc:  # e.g. month 13, Feb 30, hour 25
+        raise W3CDatetimeError(f"{text!r} is not a valid date/time: {exc}") from exc
+    return moment.astimezone(UTC)
+
+
+def _zone(tz: str | None) -> timezone:
+    if tz is None or tz == "Z":
+        return UTC
+    sign = -1 if tz[0] == "-" else 1
+    hours, minutes = int(tz[1:3]), int(tz[4:6])
+    if hours > 23 or minutes > 59:
+        raise ValueError(f"zone offset {tz} out of range")
+    return timezone(sign * timedelta(hours=hours, minutes=minutes))
+
+
+def format_w3c_datetime(moment: datetime) -> str:
+    """Format as ``YYYY-MM-DDThh:mm:ss[.s]Z`` in UTC; naive datetimes are refused."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise W3CDatetimeError("naive datetime: ResourceSync datetimes must carry a zone")
+    utc = moment.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += "." + f"{utc.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def ensure_utc(moment: datetime) -> datetime:
+    """Return ``moment`` in UTC, refusing naive values (used by the models)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise W3CDatetimeError("naive datetime: ResourceSync datetimes must carry a zone")
+    return moment.astimezone(UTC)

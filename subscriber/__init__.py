@@ -1,0 +1,1 @@
+"""rs-subscribe, the Destination agent: see issue 5."""
