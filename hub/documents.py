@@ -1,0 +1,127 @@
+"""Serving the materialised documents: read the store, build with :mod:`hub.materialise`,
+cache by the topic's version so repeated polls of an unchanged list cost one HGETALL.
+
+Every hub process builds the same bytes from the same Redis state, so any of them can serve
+any document (and ETags agree across processes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+from . import materialise as m
+from .ingest import from_us
+from .store import TopicStore
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    body: bytes
+    etag: str
+    last_modified: datetime | None
+    immutable: bool = False
+
+
+class NotFound(Exception):
+    pass
+
+
+class DocumentService:
+    def __init__(
+        self,
+        store: TopicStore,
+        base_url: str,
+        topics: list[str],
+        *,
+        index_lists: int,
+        described_by: str | None = None,
+        topic_descriptions: dict[str, str | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.base_url = base_url
+        self.topics = topics
+        self.index_lists = index_lists
+        self.described_by = described_by
+        self.topic_descriptions = topic_descriptions or {}
+        # (topic, document, version) -> Served; one entry per document kind and topic.
+        self._cache: dict[tuple[str, str], tuple[str, Served | dict[int, bytes]]] = {}
+
+    def urls(self, topic: str) -> m.Urls:
+        if topic not in self.topics:
+            raise NotFound(f"no topic {topic!r}")
+        return m.Urls(self.base_url, topic)
+
+    def source_description(self) -> Served:
+        body = m.source_description(self.base_url, self.topics, self.described_by)
+        return Served(body, _etag("sd", body), None)
+
+    def capability_list(self, topic: str) -> Served:
+        body = m.capability_list(self.urls(topic), described_by=self.topic_descriptions.get(topic))
+        return Served(body, _etag("cap", body), None)
+
+    async def open_change_list(self, topic: str) -> Served:
+        urls = self.urls(topic)
+        meta = await self.store.meta(topic)
+        key = (topic, "open")
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == meta.etag_base and isinstance(cached[1], Served):
+            return cached[1]
+        entries = await self.store.open_entries(topic, meta.open_start)
+        start_us = meta.open_from_us or meta.created_us or 0
+        body = m.change_list(
+            urls, start=from_us(start_us), until=None, fragments=(e.xml for e in entries)
+        )
+        last = from_us(meta.last_us) if meta.last_us else None
+        served = Served(body, f'"{meta.etag_base}-open"', last)
+        self._cache[key] = (meta.etag_base, served)
+        return served
+
+    async def closed_change_list(self, topic: str, number: int) -> Served:
+        self.urls(topic)
+        body = await self.store.closed_xml(topic, number)
+        if body is None:
+            raise NotFound(f"no closed Change List {number} in topic {topic!r}")
+        meta = await self.store.meta(topic)
+        return Served(body, f'"{meta.epoch}-closed-{number}"', None, immutable=True)
+
+    async def change_list_index(self, topic: str) -> Served:
+        urls = self.urls(topic)
+        meta = await self.store.meta(topic)
+        closed = await self.store.closed_lists(topic)
+        recent = [m.span(c.number, c.from_us, c.until_us) for c in closed[-self.index_lists :]]
+        open_from = from_us(meta.open_from_us or meta.created_us or 0)
+        body = m.change_list_index(urls, recent=recent, open_from=open_from)
+        return Served(body, f'"{meta.epoch}-index-{len(closed)}-{meta.open_from_us}"', None)
+
+    async def change_list_archive(self, topic: str, part: int | None = None) -> Served:
+        urls = self.urls(topic)
+        meta = await self.store.meta(topic)
+        closed = await self.store.closed_lists(topic)
+        spans = [m.span(c.number, c.from_us, c.until_us) for c in closed]
+        main, parts = m.change_list_archive(urls, spans)
+        etag = f'"{meta.epoch}-archive-{len(closed)}-{part}"'
+        if part is None:
+            return Served(main, etag, None)
+        if part not in parts:
+            raise NotFound(f"no Change List Archive part {part}")
+        return Served(parts[part], etag, None)
+
+    async def resource_list(self, topic: str, part: int | None = None) -> Served:
+        urls = self.urls(topic)
+        meta, state = await self.store.state(topic)
+        # at: every change accepted up to the topic's last change time is reflected.
+        at_us = meta.last_us or meta.state_at_us or meta.created_us or 0
+        main, parts = m.resource_list(urls, at=from_us(at_us), state=state)
+        etag = f'"{meta.etag_base}-rl-{part}"'
+        if part is None:
+            return Served(main, etag, from_us(at_us) if at_us else None)
+        if part not in parts:
+            raise NotFound(f"no Resource List part {part}")
+        return Served(parts[part], etag, from_us(at_us) if at_us else None)
+
+
+def _etag(kind: str, body: bytes) -> str:
+    # A content hash, identical in every hub process (Python's hash() is salted per process).
+    return f'"{kind}-{hashlib.blake2b(body, digest_size=8).hexdigest()}"'

@@ -1,0 +1,251 @@
+"""Turning a posted fragment into change records: pure logic, no Redis, no clock.
+
+A Source posts a Change-List-format fragment (``<urlset>`` with ``capability="changelist"``,
+ResourceSync 1.0 or 1.1) or a change notification (``change-notification``, or the draft
+``changelist-notification``). Everything is checked here before anything is written:
+
+- the document parses safely and breaks no rule of the spec (errors; warnings pass). Two
+  rules are relaxed for fragments: ``from``/``until`` may be missing, because the hub, not the
+  Source, decides the intervals of the lists it publishes;
+- every entry has a change time: ``rs:md@datetime`` (1.1), else ``<lastmod>`` (1.0), else the
+  hub's acceptance time ``now``;
+- change times are in forward order and not more than ``future_tolerance`` ahead of ``now``.
+
+**Policy for change times that go backwards** (docs/ingest.md): a fragment whose first change
+is earlier than the last change the topic accepted is *rejected* (409) with both times in the
+message, never clamped: clamping would publish a time the Source never said. The comparison
+with the topic's last change happens inside the atomic append (store.py), so concurrent
+posters cannot interleave out of order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from resourcesync import (
+    Capability,
+    Change,
+    Document,
+    DocumentError,
+    Entry,
+    Metadata,
+    Severity,
+    Violation,
+    parse_document,
+    validate,
+)
+from resourcesync.serialiser import serialise_entry
+
+CHANGE_CAPABILITIES = frozenset(
+    {
+        Capability.CHANGELIST.value,
+        Capability.CHANGE_NOTIFICATION.value,
+        Capability.CHANGELIST_NOTIFICATION.value,
+    }
+)
+# The hub assigns from/until to what it publishes; a fragment need not carry them.
+_RELAXED_RULES = frozenset({"time-from-missing", "time-until-missing"})
+
+
+class IngestError(Exception):
+    """A request that writes nothing. ``status`` is the HTTP status to answer with."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        violations: list[Violation] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.violations = violations or []
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "error": self.code,
+            "message": self.message,
+            "violations": [v.model_dump(mode="json") for v in self.violations],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """One change ready for the stream: its time in microseconds since the epoch, the
+    ``<url>`` XML for Change Lists, and the Resource List entry XML (None for deletions)."""
+
+    time_us: int
+    loc: str
+    change: str
+    entry_xml: str
+    state_xml: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestPlan:
+    records: list[ChangeRecord] = field(default_factory=list)
+
+    @property
+    def first_time_us(self) -> int:
+        return self.records[0].time_us
+
+    @property
+    def last_time_us(self) -> int:
+        return self.records[-1].time_us
+
+
+@dataclass(frozen=True, slots=True)
+class SeedPlan:
+    """A Resource List taken as the topic's state at ``at`` (no change events)."""
+
+    at_us: int
+    state: dict[str, str]
+
+
+def to_us(moment: datetime) -> int:
+    """Microseconds since the Unix epoch (exact: no float rounding)."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_fragment(body: bytes, *, max_bytes: int) -> Document:
+    try:
+        return parse_document(body, max_bytes=max_bytes)
+    except DocumentError as exc:
+        status = 413 if exc.__class__.__name__ == "DocumentTooLargeError" else 400
+        raise IngestError(status, _error_code(exc), str(exc)) from exc
+
+
+def _error_code(exc: DocumentError) -> str:
+    name = type(exc).__name__.removesuffix("Error")
+    return "".join("-" + c.lower() if c.isupper() else c for c in name).lstrip("-")
+
+
+def _reject_violations(document: Document, relaxed: frozenset[str]) -> None:
+    errors = [
+        v for v in validate(document) if v.severity is Severity.ERROR and v.rule not in relaxed
+    ]
+    if errors:
+        first = errors[0]
+        raise IngestError(
+            400,
+            "invalid-document",
+            f"{len(errors)} rule violation(s); first: {first}",
+            errors,
+        )
+
+
+def plan_changes(
+    document: Document,
+    *,
+    now: datetime,
+    max_entries: int,
+    future_tolerance: timedelta,
+) -> IngestPlan:
+    """Check a parsed change fragment and turn it into records (or raise IngestError)."""
+    if document.capability not in CHANGE_CAPABILITIES or document.is_index:
+        raise IngestError(
+            400,
+            "wrong-capability",
+            f"expected a Change List fragment (<urlset>, capability 'changelist') or a change "
+            f"notification; got <{document.root}> capability={document.capability!r}",
+        )
+    if not document.entries:
+        raise IngestError(400, "empty", "the fragment lists no changes")
+    if len(document.entries) > max_entries:
+        raise IngestError(
+            413,
+            "too-many-entries",
+            f"{len(document.entries)} entries; at most {max_entries} per request",
+        )
+    _reject_violations(document, _RELAXED_RULES)
+
+    latest_allowed = now + future_tolerance
+    records: list[ChangeRecord] = []
+    previous: datetime | None = None
+    for index, entry in enumerate(document.entries):
+        moment = entry.change_time or now
+        if moment > latest_allowed:
+            raise IngestError(
+                400,
+                "future-change-time",
+                f"entry {index}: change time {moment.isoformat()} is more than "
+                f"{future_tolerance.total_seconds():.0f} s ahead of the hub's clock",
+            )
+        if previous is not None and moment < previous:
+            stamped = "" if entry.change_time else " (it had no time; the hub stamped it now)"
+            raise IngestError(
+                400,
+                "forward-order",
+                f"entry {index}: change time {moment.isoformat()}{stamped} is before entry "
+                f"{index - 1}'s {previous.isoformat()}; give every entry a datetime in forward "
+                "chronological order",
+            )
+        previous = moment
+        records.append(_record(entry, moment))
+    return IngestPlan(records)
+
+
+def _record(entry: Entry, moment: datetime) -> ChangeRecord:
+    md = entry.md or Metadata()
+    # What the hub publishes always says when the change happened (1.1 datetime).
+    stored = entry.model_copy(update={"md": md.model_copy(update={"datetime": moment})})
+    change = md.change or Change.UPDATED
+    state_xml = None if change == Change.DELETED else serialise_entry(_state_entry(entry, moment))
+    return ChangeRecord(
+        time_us=to_us(moment),
+        loc=entry.loc,
+        change=change,
+        entry_xml=serialise_entry(stored),
+        state_xml=state_xml,
+    )
+
+
+def _state_entry(entry: Entry, moment: datetime) -> Entry:
+    """The Resource List entry after this change: lastmod and the representation metadata."""
+    md = entry.md
+    kept = None
+    if md is not None:
+        kept = md.model_copy(update={"change": None, "datetime": None})
+        if kept == Metadata():
+            kept = None
+    return Entry.model_construct(
+        loc=entry.loc,
+        lastmod=entry.lastmod or moment,
+        changefreq=entry.changefreq,
+        priority=entry.priority,
+        md=kept,
+        links=entry.links,
+    )
+
+
+def plan_seed(document: Document, *, max_entries: int) -> SeedPlan:
+    """Check a posted Resource List (the topic's baseline) and turn it into state."""
+    if document.capability != Capability.RESOURCELIST or document.is_index:
+        raise IngestError(
+            400,
+            "wrong-capability",
+            f"a baseline is a Resource List (<urlset>, capability 'resourcelist'); got "
+            f"<{document.root}> capability={document.capability!r}",
+        )
+    if len(document.entries) > max_entries:
+        raise IngestError(
+            413, "too-many-entries", f"{len(document.entries)} entries; at most {max_entries}"
+        )
+    _reject_violations(document, frozenset())
+    at = document.md.at
+    assert at is not None  # validate() reports time-at-missing as an error
+    state: dict[str, str] = {}
+    for entry in document.entries:
+        state[entry.loc] = serialise_entry(_state_entry(entry, entry.lastmod or at))
+    return SeedPlan(at_us=to_us(at), state=state)

@@ -1,0 +1,56 @@
+"""Every Redis key the hub uses, from one place (house style §3).
+
+A topic's keys share the hash tag ``{topic}`` so they live in one Redis Cluster slot: the
+Lua scripts that append changes and rotate Change Lists touch several of them atomically.
+``prefix`` (default ``rs``) lets several hubs, or test runs, share one Redis.
+
+    {prefix}:{topic}:changes        stream: one entry per accepted change
+    {prefix}:{topic}:meta           hash: epoch, last change time, open list bounds, counters
+    {prefix}:{topic}:state          hash: URI -> Resource List entry XML (current state)
+    {prefix}:{topic}:closed         list: JSON records of closed Change Lists, in order
+    {prefix}:{topic}:closed:{n}     string: the n-th closed Change List (immutable XML)
+    {prefix}:{topic}:idem:{key}     string: receipt of an idempotent request (expires)
+    {prefix}:{topic}:lease          string: the rotation lease holder's token (expires)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKeys:
+    """The keys of one topic."""
+
+    prefix: str
+    topic: str
+
+    @property
+    def _base(self) -> str:
+        return f"{self.prefix}:{{{self.topic}}}"
+
+    @property
+    def stream(self) -> str:
+        return f"{self._base}:changes"
+
+    @property
+    def meta(self) -> str:
+        return f"{self._base}:meta"
+
+    @property
+    def state(self) -> str:
+        return f"{self._base}:state"
+
+    @property
+    def closed(self) -> str:
+        return f"{self._base}:closed"
+
+    def closed_list(self, number: int) -> str:
+        return f"{self._base}:closed:{number}"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self._base}:idem:{key}"
+
+    @property
+    def lease(self) -> str:
+        return f"{self._base}:lease"

@@ -1,0 +1,154 @@
+"""Hub configuration: one pydantic-settings object, from a TOML file and ``RSPUSH_*`` env vars.
+
+Precedence, highest first: command-line options (applied by the CLI), environment variables
+(``RSPUSH_HUB__BASE_URL``, ``RSPUSH_REDIS_URL``, …; nested fields use ``__``), the TOML file,
+the defaults below. Limits are named constants overridable here (house style §4).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_ENTRIES_PER_REQUEST = 10_000
+DEFAULT_CHANGELIST_MAX_ENTRIES = 10_000
+DEFAULT_CHANGELIST_MAX_AGE_S = 24 * 3600
+DEFAULT_RETENTION_S = 7 * 24 * 3600
+DEFAULT_FUTURE_TOLERANCE_S = 300
+DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class HubSection(BaseModel):
+    base_url: str = "http://127.0.0.1:8080"
+    """How documents name the hub: the public URL Destinations reach it at."""
+    description: str | None = None
+    """Optional URL of a document describing the Source (describedby link)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http(s) URL")
+        return value.rstrip("/")
+
+
+class Topic(BaseModel):
+    """One topic = one set of resources = one Capability List."""
+
+    name: str
+    description: str | None = None
+    private: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not _TOPIC_NAME.fullmatch(value):
+            raise ValueError(
+                f"topic name {value!r}: use 1-64 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        return value
+
+
+class Source(BaseModel):
+    """A Source allowed to post changes to some topics with a bearer token."""
+
+    name: str
+    token_sha256: str
+    topics: list[str]
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not _SHA256_HEX.fullmatch(value):
+            raise ValueError("token_sha256 must be 64 hex digits (see `rs-hub token new`)")
+        return value
+
+
+class Limits(BaseModel):
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_entries_per_request: int = Field(DEFAULT_MAX_ENTRIES_PER_REQUEST, ge=1)
+    changelist_max_entries: int = Field(DEFAULT_CHANGELIST_MAX_ENTRIES, ge=1, le=50_000)
+    changelist_max_age_s: float = Field(DEFAULT_CHANGELIST_MAX_AGE_S, gt=0)
+    retention_s: float = Field(DEFAULT_RETENTION_S, ge=0)
+    future_tolerance_s: float = Field(DEFAULT_FUTURE_TOLERANCE_S, ge=0)
+    idempotency_ttl_s: int = Field(DEFAULT_IDEMPOTENCY_TTL_S, ge=1)
+    index_lists: int = Field(100, ge=1, le=49_999)
+    """How many recent closed Change Lists the Change List Index groups (its 'period')."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RSPUSH_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    hub: HubSection = HubSection()
+    topics: list[Topic] = []
+    sources: list[Source] = []
+    limits: Limits = Limits()
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    data_dir: Path = Path("rspush-data")
+    redis_url: str | None = None
+    """None: start the embedded server under data_dir."""
+    redis_prefix: str = "rs"
+    appendfsync: Literal["always", "everysec"] = "everysec"
+    """Embedded server only: AOF fsync policy (see docs/operations.md)."""
+    rotation_interval_s: float = Field(1.0, gt=0)
+    lease_ttl_s: float = Field(10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        names = [t.name for t in self.topics]
+        if len(set(names)) != len(names):
+            raise ValueError("topic names must be unique")
+        for source in self.sources:
+            unknown = set(source.topics) - set(names)
+            if unknown:
+                raise ValueError(
+                    f"source {source.name!r} names unknown topics: {', '.join(sorted(unknown))}"
+                )
+        return self
+
+    def topic(self, name: str) -> Topic | None:
+        return next((t for t in self.topics if t.name == name), None)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file (model_config["toml_file"], set by load_settings) ranks below env vars.
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def load_settings(config: Path | None, **overrides: Any) -> Settings:
+    """Settings from ``config`` (TOML), env vars and explicit ``overrides`` (CLI options)."""
+    if config is not None and not config.is_file():
+        raise FileNotFoundError(f"config file {config} does not exist")
+    settings_cls: type[Settings] = Settings
+    if config is not None:
+        settings_cls = type(
+            "FileSettings",
+            (Settings,),
+            {"model_config": {**Settings.model_config, "toml_file": config}},
+        )
+    return settings_cls(**{k: v for k, v in overrides.items() if v is not None})
