@@ -75,6 +75,7 @@ class Hub:
             ),
             interval_s=settings.rotation_interval_s,
             lease_ttl_s=settings.lease_ttl_s,
+            on_closed=lambda topic: self.metrics.rotations.labels(topic).inc(),
         )
 
     async def start(self) -> None:

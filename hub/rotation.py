@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -134,6 +135,7 @@ class Rotator:
         *,
         interval_s: float,
         lease_ttl_s: float,
+        on_closed: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.base_url = base_url
@@ -143,6 +145,7 @@ class Rotator:
         self.lease_ttl_ms = int(lease_ttl_s * 1000)
         self.token = secrets.token_hex(16)
         self.rotations = 0
+        self.on_closed = on_closed
         self._task: asyncio.Task[None] | None = None
 
     async def round(self, now: datetime) -> list[ClosedList]:
@@ -163,6 +166,8 @@ class Rotator:
                 if result is None:
                     break
                 self.rotations += 1
+                if self.on_closed is not None:
+                    self.on_closed(topic)
                 closed.append(result)
         return closed
 
