@@ -45,8 +45,9 @@ class DocumentService:
         self.index_lists = index_lists
         self.described_by = described_by
         self.topic_descriptions = topic_descriptions or {}
-        # (topic, document, version) -> Served; one entry per document kind and topic.
+        # (topic, document) -> (version, what was built); one entry per kind and topic.
         self._cache: dict[tuple[str, str], tuple[str, Served | dict[int, bytes]]] = {}
+        self._modified: dict[tuple[str, str], datetime | None] = {}
 
     def urls(self, topic: str) -> m.Urls:
         if topic not in self.topics:
@@ -110,16 +111,26 @@ class DocumentService:
 
     async def resource_list(self, topic: str, part: int | None = None) -> Served:
         urls = self.urls(topic)
-        meta, state = await self.store.state(topic)
-        # at: every change accepted up to the topic's last change time is reflected.
-        at_us = meta.last_us or meta.state_at_us or meta.created_us or 0
-        main, parts = m.resource_list(urls, at=from_us(at_us), state=state)
-        etag = f'"{meta.etag_base}-rl-{part}"'
-        if part is None:
-            return Served(main, etag, from_us(at_us) if at_us else None)
-        if part not in parts:
+        key = (topic, "resourcelist")
+        meta = await self.store.meta(topic)
+        cached = self._cache.get(key)
+        if cached is None or cached[0] != meta.etag_base:
+            # Cheap check first: the state is read (HGETALL) only when the version moved.
+            meta, state = await self.store.state(topic)
+            # at: every change accepted up to the topic's last change time is reflected.
+            at_us = meta.last_us or meta.state_at_us or meta.created_us or 0
+            main, parts = m.resource_list(urls, at=from_us(at_us), state=state)
+            modified = from_us(at_us) if at_us else None
+            documents = {-1: main, **parts}
+            self._cache[key] = (meta.etag_base, documents)
+            self._modified[key] = modified
+            cached = self._cache[key]
+        built = cached[1]
+        assert isinstance(built, dict)
+        number = -1 if part is None else part
+        if number not in built:
             raise NotFound(f"no Resource List part {part}")
-        return Served(parts[part], etag, from_us(at_us) if at_us else None)
+        return Served(built[number], f'"{cached[0]}-rl-{part}"', self._modified[key])
 
 
 def _etag(kind: str, body: bytes) -> str:

@@ -12,9 +12,9 @@ Text is built directly rather than through an element tree: it is several times 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 from . import namespaces as ns
 from .hashes import HashValue
@@ -24,36 +24,11 @@ from .w3cdt import format_w3c_datetime
 _HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _XMLNS = f'xmlns="{ns.SITEMAP_NS}" xmlns:rs="{ns.RS_NS}"'
 
-# Attribute order follows Table 3 of Z39.99 §7 so output is stable and easy to diff.
-_MD_ORDER = (
-    "capability",
-    "at",
-    "completed",
-    "from_",
-    "until",
-    "change",
-    "datetime",
-    "hash",
-    "length",
-    "path",
-    "type",
-    "encoding",
-    "modified",
-)
-_LN_ORDER = (
-    "rel",
-    "href",
-    "modified",
-    "hash",
-    "length",
-    "path",
-    "pri",
-    "type",
-    "encoding",
-    "profile",
-)
+# Attribute order is the models' field order, which follows Table 3 of Z39.99 §7.
 _ATTR_NAME = {"from_": "from"}
 
+_TEXT_SPECIAL = re.compile(r"[&<>]")
+_ATTR_SPECIAL = re.compile(r'[&<>"\n\t\r]')
 _TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 _ATTR_ESCAPES = str.maketrans(
     {
@@ -85,8 +60,8 @@ def iter_serialise(document: Document) -> Iterator[str]:
 def serialise_head(document: Document) -> str:
     parts = [_HEAD, f"<{document.root} {_XMLNS}>\n"]
     for link in document.links:
-        parts.append("  " + _link(link) + "\n")
-    parts.append("  " + _element("rs:md", _attrs(document.md, _MD_ORDER)) + "\n")
+        parts.append("  " + _element("rs:ln", link) + "\n")
+    parts.append("  " + _element("rs:md", document.md) + "\n")
     return "".join(parts)
 
 
@@ -95,17 +70,17 @@ def serialise_tail(document: Document) -> str:
 
 
 def serialise_entry(entry: Entry, tag: str = "url") -> str:
-    parts = [f"  <{tag}>\n    <loc>", entry.loc.translate(_TEXT_ESCAPES), "</loc>\n"]
+    parts = [f"  <{tag}>\n    <loc>", _escape_text(entry.loc), "</loc>\n"]
     if entry.lastmod is not None:
         parts += ["    <lastmod>", format_w3c_datetime(entry.lastmod), "</lastmod>\n"]
     if entry.changefreq is not None:
-        parts += ["    <changefreq>", entry.changefreq.translate(_TEXT_ESCAPES), "</changefreq>\n"]
+        parts += ["    <changefreq>", _escape_text(entry.changefreq), "</changefreq>\n"]
     if entry.priority is not None:
         parts += ["    <priority>", _priority(entry.priority), "</priority>\n"]
     if entry.md is not None:
-        parts += ["    ", _element("rs:md", _attrs(entry.md, _MD_ORDER)), "\n"]
+        parts += ["    ", _element("rs:md", entry.md), "\n"]
     for link in entry.links:
-        parts += ["    ", _link(link), "\n"]
+        parts += ["    ", _element("rs:ln", link), "\n"]
     parts.append(f"  </{tag}>\n")
     return "".join(parts)
 
@@ -114,33 +89,36 @@ def _priority(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".") if value else "0.0"
 
 
-def _link(link: Link) -> str:
-    return _element("rs:ln", _attrs(link, _LN_ORDER))
+def _escape_text(text: str) -> str:
+    return text.translate(_TEXT_ESCAPES) if _TEXT_SPECIAL.search(text) else text
 
 
-def _element(tag: str, attrs: Iterable[tuple[str, str]]) -> str:
-    text = "".join(f' {name}="{value.translate(_ATTR_ESCAPES)}"' for name, value in attrs)
-    return f"<{tag}{text}/>"
+def _escape_attr(text: str) -> str:
+    return text.translate(_ATTR_ESCAPES) if _ATTR_SPECIAL.search(text) else text
 
 
-def _attrs(model: Metadata | Link, order: tuple[str, ...]) -> Iterator[tuple[str, str]]:
-    values = model.__dict__
-    for name in order:
-        value = values.get(name)
-        if value is None or value == ():
+def _element(tag: str, model: Metadata | Link) -> str:
+    """``<rs:md …/>`` or ``<rs:ln …/>``: attributes in field order, which is Table 3's."""
+    parts = ["<", tag]
+    for name, value in model.__dict__.items():
+        if value is None or name == "extra":
             continue
-        yield _ATTR_NAME.get(name, name), _text(value)
-    yield from _foreign(model.extra)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, datetime):
-        return format_w3c_datetime(value)
-    if isinstance(value, tuple):
-        return " ".join(str(v) for v in value if isinstance(v, HashValue))
-    return str(value)
+        kind = type(value)
+        if kind is str:
+            text = value
+        elif kind is tuple:
+            if not value:
+                continue
+            text = " ".join(str(v) for v in value if isinstance(v, HashValue))
+        elif isinstance(value, datetime):
+            text = format_w3c_datetime(value)
+        else:
+            text = str(value)
+        parts += [" ", _ATTR_NAME.get(name, name), '="', _escape_attr(text), '"']
+    for name, text in _foreign(model.extra):
+        parts += [" ", name, '="', _escape_attr(text), '"']
+    parts.append("/>")
+    return "".join(parts)
 
 
 def _foreign(extra: dict[str, str]) -> Iterator[tuple[str, str]]:

@@ -70,8 +70,12 @@ def format_w3c_datetime(moment: datetime) -> str:
     """Format as ``YYYY-MM-DDThh:mm:ss[.s]Z`` in UTC; naive datetimes are refused."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise W3CDatetimeError("naive datetime: ResourceSync datetimes must carry a zone")
-    utc = moment.astimezone(UTC)
-    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    # f-string formatting: several times faster than strftime on this hot path.
+    text = (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
+        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+    )
     if utc.microsecond:
         text += "." + f"{utc.microsecond:06d}".rstrip("0")
     return text + "Z"
