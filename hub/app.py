@@ -42,6 +42,7 @@ from .settings import Settings
 from .store import TopicStore
 
 XML = "application/xml"
+STAMP_RETRIES = 5
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel\s*=\s*"?([^";,]+)"?')
 
@@ -162,19 +163,28 @@ def build_app(hub: Hub) -> Starlette:
                     idempotency_ttl_s=limits.idempotency_ttl_s,
                 )
             else:
-                plan = plan_changes(
-                    document,
-                    now=now,
-                    max_entries=limits.max_entries_per_request,
-                    future_tolerance=timedelta(seconds=limits.future_tolerance_s),
-                )
-                receipt, replayed = await hub.store.append(
-                    topic,
-                    plan,
-                    now_us=to_us(now),
-                    idempotency_key=key,
-                    idempotency_ttl_s=limits.idempotency_ttl_s,
-                )
+                for attempt in range(STAMP_RETRIES):
+                    plan = plan_changes(
+                        document,
+                        now=now,
+                        max_entries=limits.max_entries_per_request,
+                        future_tolerance=timedelta(seconds=limits.future_tolerance_s),
+                    )
+                    try:
+                        receipt, replayed = await hub.store.append(
+                            topic,
+                            plan,
+                            now_us=to_us(now),
+                            idempotency_key=key,
+                            idempotency_ttl_s=limits.idempotency_ttl_s,
+                        )
+                        break
+                    except IngestError as error:
+                        # Hub-stamped times can lose a race with a concurrent request:
+                        # stamp again (the hub chose those times) and retry.
+                        if error.status != 409 or not plan.stamped or attempt + 1 == STAMP_RETRIES:
+                            raise
+                        now = datetime.now(UTC)
                 if not replayed:
                     hub.metrics.accepted.labels(topic).inc(len(plan.records))
         except RedisError as exc:

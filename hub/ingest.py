@@ -87,6 +87,9 @@ class ChangeRecord:
 @dataclass(frozen=True, slots=True)
 class IngestPlan:
     records: list[ChangeRecord] = field(default_factory=list)
+    stamped: bool = False
+    """Some change had no time and got the hub's ``now``: if a concurrent request appends
+    later times first, the hub may re-stamp and retry (it made the time up itself)."""
 
     @property
     def first_time_us(self) -> int:
@@ -173,7 +176,9 @@ def plan_changes(
     latest_allowed = now + future_tolerance
     records: list[ChangeRecord] = []
     previous: datetime | None = None
+    stamped = False
     for index, entry in enumerate(document.entries):
+        stamped = stamped or entry.change_time is None
         moment = entry.change_time or now
         if moment > latest_allowed:
             raise IngestError(
@@ -183,17 +188,17 @@ def plan_changes(
                 f"{future_tolerance.total_seconds():.0f} s ahead of the hub's clock",
             )
         if previous is not None and moment < previous:
-            stamped = "" if entry.change_time else " (it had no time; the hub stamped it now)"
+            note = "" if entry.change_time else " (it had no time; the hub stamped it now)"
             raise IngestError(
                 400,
                 "forward-order",
-                f"entry {index}: change time {moment.isoformat()}{stamped} is before entry "
+                f"entry {index}: change time {moment.isoformat()}{note} is before entry "
                 f"{index - 1}'s {previous.isoformat()}; give every entry a datetime in forward "
                 "chronological order",
             )
         previous = moment
         records.append(_record(entry, moment))
-    return IngestPlan(records)
+    return IngestPlan(records, stamped)
 
 
 def _record(entry: Entry, moment: datetime) -> ChangeRecord:
