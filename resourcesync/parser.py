@@ -19,6 +19,7 @@ of a document at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +41,15 @@ from .models import Document, Entry, Link, Metadata, Root
 from .violations import Severity, Violation
 from .w3cdt import W3CDatetimeError, parse_w3c_datetime
 
-CHUNK_BYTES = 1 << 20
+# lxml builds a chunk's elements before we can release them: small chunks keep memory flat.
+CHUNK_BYTES = 256 * 1024
+# lxml's attribute access is quadratic in the attribute count; ResourceSync needs ~13.
+MAX_ATTRIBUTES = 64
+# A hostile document could otherwise produce one violation per byte.
+MAX_PROBLEMS = 1000
+# W3C/XML declared encodings we accept (the Sitemap protocol requires UTF-8).
+_UTF8_NAMES = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
+_DECLARED_ENCODING = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 # urlset > url > rs:ln is depth 3; foreign extensions (e.g. image sitemaps) may nest a little
 # more. Anything deeper is not a Sitemap and is refused before it can cost anything.
 MAX_DEPTH = 8
@@ -79,6 +88,17 @@ class _State:
         section: str = _SECTION_ATTRS,
         severity: Severity = Severity.ERROR,
     ) -> None:
+        if len(self.problems) >= MAX_PROBLEMS:
+            if len(self.problems) == MAX_PROBLEMS:
+                self.problems.append(
+                    Violation(
+                        rule="too-many-problems",
+                        message=f"more than {MAX_PROBLEMS} problems; the rest are not listed",
+                        section=_SECTION_ATTRS,
+                        line=line,
+                    )
+                )
+            return
         self.problems.append(
             Violation(
                 rule=rule,
@@ -110,7 +130,12 @@ def _chunks_of(data: bytes) -> Iterator[bytes]:
         yield bytes(view[start : start + CHUNK_BYTES])
 
 
-def parse_document(data: bytes, *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> Document:
+def parse_document(
+    data: bytes,
+    *,
+    max_bytes: int = ns.MAX_DOCUMENT_BYTES,
+    max_entries: int = ns.MAX_ENTRIES,
+) -> Document:
     """Parse one ResourceSync document from bytes.
 
     Raises a :class:`~resourcesync.errors.DocumentError` subclass when the bytes are not a
@@ -118,12 +143,17 @@ def parse_document(data: bytes, *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> Do
     """
     if len(data) > max_bytes:
         raise DocumentTooLargeError(f"document is {len(data)} bytes; the limit is {max_bytes}")
-    return parse_chunks(_chunks_of(data), max_bytes=max_bytes)
+    return parse_chunks(_chunks_of(data), max_bytes=max_bytes, max_entries=max_entries)
 
 
-def parse_chunks(chunks: Iterable[bytes], *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> Document:
+def parse_chunks(
+    chunks: Iterable[bytes],
+    *,
+    max_bytes: int = ns.MAX_DOCUMENT_BYTES,
+    max_entries: int = ns.MAX_ENTRIES,
+) -> Document:
     """Parse a document arriving as byte chunks (a file or an HTTP body)."""
-    stream = stream_document(chunks, max_bytes=max_bytes)
+    stream = stream_document(chunks, max_bytes=max_bytes, max_entries=max_entries)
     entries = tuple(stream)
     head = stream.head
     assert head is not None  # stream_document raises before finishing without a head
@@ -145,10 +175,16 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
     once iteration ends.
     """
 
-    def __init__(self, chunks: Iterable[bytes], *, max_bytes: int = ns.MAX_DOCUMENT_BYTES) -> None:
+    def __init__(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        max_bytes: int = ns.MAX_DOCUMENT_BYTES,
+        max_entries: int = ns.MAX_ENTRIES,
+    ) -> None:
         self.head: DocumentHead | None = None
         self._state = _State()
-        self._iterator = self._run(iter(chunks), max_bytes)
+        self._iterator = self._run(iter(chunks), max_bytes, max_entries)
 
     @property
     def problems(self) -> list[Violation]:
@@ -164,7 +200,8 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
     def __next__(self) -> Entry:
         return next(self._iterator)
 
-    def _run(self, chunks: Iterator[bytes], max_bytes: int) -> Iterator[Entry]:
+    def _run(self, chunks: Iterator[bytes], max_bytes: int, max_entries: int) -> Iterator[Entry]:
+        etree.clear_error_log()  # lxml's log is per thread: drop other parses' errors
         parser = _new_parser()
         state = self._state
         depth = 0
@@ -178,6 +215,8 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
         def events() -> Iterator[tuple[str, Any]]:
             try:
                 for chunk in chunks:
+                    if state.size == 0 and chunk:
+                        _check_encoding(chunk)
                     state.size += len(chunk)
                     if state.size > max_bytes:
                         raise DocumentTooLargeError(
@@ -185,6 +224,8 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
                         )
                     parser.feed(chunk)
                     yield from parser.read_events()
+                if state.size == 0:
+                    raise MalformedXMLError("empty document: no root element")
                 parser.close()
                 yield from parser.read_events()
             except etree.XMLSyntaxError as exc:
@@ -193,6 +234,11 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
         for event, el in events():
             if event == "start":
                 depth += 1
+                if len(el.attrib) > MAX_ATTRIBUTES:
+                    raise MalformedXMLError(
+                        f"element with more than {MAX_ATTRIBUTES} attributes: not a Sitemap",
+                        line=el.sourceline,
+                    )
                 if depth > MAX_DEPTH:
                     raise MalformedXMLError(
                         f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap",
@@ -220,6 +266,12 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
                         line=el.sourceline,
                         section="Z39.99 §7",
                     )
+                if index >= max_entries:
+                    raise DocumentTooLargeError(
+                        f"more than {max_entries} entries (the Sitemap limit; split the list "
+                        "under an index)",
+                        line=el.sourceline,
+                    )
                 entry = _entry(el, index, state)
                 index += 1
                 _release(el, root_el)
@@ -245,7 +297,7 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
                 _release(el, root_el)
 
         if root_el is None:
-            raise MalformedXMLError("empty document")
+            raise MalformedXMLError("empty document: no root element")
         if self.head is None:
             self.head = _head(root_kind, doc_md, doc_links, None)
 
@@ -261,10 +313,38 @@ def _head(root: Root, md: Metadata | None, links: list[Link], line: int | None) 
 
 
 def _syntax_error(exc: etree.XMLSyntaxError) -> DocumentError:
-    message = str(exc.msg) if exc.msg else str(exc)
+    # The first fatal entry of the log is the real cause: exc.msg may be a generic "no
+    # element found" at line 0. The log is cleared when a parse starts (see _run), so it
+    # holds this parse's errors only.
+    message, line = (str(exc.msg) if exc.msg else str(exc)), exc.lineno
+    log: Any = exc.error_log
+    fatal = [e for e in log if e.level_name == "FATAL"]
+    if fatal:
+        message, line = fatal[0].message, fatal[0].line
+    where = line if line and line > 0 else None
+    if "Document is empty" in message or "no element found" in message:
+        return MalformedXMLError("empty document: no root element", line=where)
+    if "depth" in message.lower() or "XML_PARSE_HUGE" in message:
+        return MalformedXMLError(
+            f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap", line=where
+        )
     if "Entity" in message or "entity" in message:
-        return UnsafeXMLError(f"entity reference refused: {message}", line=exc.lineno)
-    return MalformedXMLError(f"not well-formed XML: {message}", line=exc.lineno)
+        return UnsafeXMLError(f"entity reference refused: {message}", line=where)
+    return MalformedXMLError(f"not well-formed XML: {message}", line=where)
+
+
+def _check_encoding(first: bytes) -> None:
+    """UTF-8 only (Sitemap protocol), checked on the raw bytes: during a pull parse lxml
+    does not report the declared encoding, and it would happily decode UTF-16 or Latin-1."""
+    if first.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")) or b"\x00" in first[:4]:
+        raise MalformedXMLError("document is UTF-16/UTF-32; Sitemaps must be UTF-8", line=1)
+    head = first.removeprefix(b"\xef\xbb\xbf")
+    declared = _DECLARED_ENCODING.match(head)
+    if declared is not None and declared.group(1).decode().lower() not in _UTF8_NAMES:
+        raise MalformedXMLError(
+            f"document declares encoding {declared.group(1).decode()}; Sitemaps must be UTF-8",
+            line=1,
+        )
 
 
 def _check_root(el: Any) -> Root:
@@ -273,12 +353,6 @@ def _check_root(el: Any) -> Root:
         raise UnsafeXMLError(
             "document declares a DTD; ResourceSync documents never need one and DTDs are "
             "refused (they enable XXE and entity-expansion attacks)",
-            line=el.sourceline,
-        )
-    encoding = (info.encoding or "UTF-8").upper()
-    if encoding not in ("UTF-8", "UTF8", "US-ASCII", "ASCII"):
-        raise MalformedXMLError(
-            f"document is encoded as {info.encoding}; Sitemaps must be UTF-8",
             line=el.sourceline,
         )
     tag = el.tag
@@ -420,11 +494,12 @@ def _integer(
     text: str, what: str, entry: int | None, line: int | None, state: _State
 ) -> int | None:
     value = text.strip()
-    if value.isascii() and value.isdigit():
+    # 20 digits: any real length; longer ones would only cost int() time (and hit its limit).
+    if value.isascii() and value.isdigit() and len(value) <= 20:
         return int(value)
     state.problem(
         "length-integer" if what == "length" else f"{what}-integer",
-        f"{what}={text!r} is not a non-negative integer",
+        f"{what}={text[:40]!r} is not a non-negative integer (at most 20 digits)",
         entry=entry,
         line=line,
     )

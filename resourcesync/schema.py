@@ -6,10 +6,11 @@ The Sitemap schema imports nothing, yet its ``xsd:any namespace="##other"`` slot
 schema imports both namespaces, one driver per root (``urlset`` and ``sitemapindex`` share a
 namespace but live in two schema files).
 
-One deliberate exception: the 2008 Sitemap schema requires at least one ``<url>``, while
-ResourceSync allows an empty ``<urlset>`` (an open Change List with no changes yet, a Source
-with no resources). An empty ``<urlset>`` is checked with one placeholder entry added, so every
-other rule of the schema still applies to it.
+One deliberate exception: the 2008 Sitemap schemas require at least one ``<url>`` (and one
+``<sitemap>``), while ResourceSync allows an empty ``<urlset>``/``<sitemapindex>`` ("zero or
+more" children, Z39.99 §7: an open Change List with no changes yet, a Source with no
+resources, an archive with nothing archived yet). An empty document is checked with one
+placeholder entry added, so every other rule of the schema still applies to it.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def schema_errors(data: bytes) -> list[str]:
     root = etree.QName(tree).localname
     if root not in ("urlset", "sitemapindex"):
         return [f"root <{root}> is not a Sitemap"]
-    if root == "urlset" and tree.find(ns.URL) is None:
-        placeholder = etree.SubElement(tree, ns.URL)
+    entry_tag = ns.URL if root == "urlset" else ns.SITEMAP
+    if tree.find(entry_tag) is None:
+        placeholder = etree.SubElement(tree, entry_tag)
         etree.SubElement(placeholder, ns.LOC).text = _PLACEHOLDER_LOC
     schema = _schema(root)
     if schema.validate(tree):

@@ -51,9 +51,11 @@ def parse_w3c_datetime(text: str) -> datetime:
             int((fraction + "000000")[:6]),
             tzinfo=_zone(parts["tz"]),
         )
+        return moment.astimezone(UTC)
     except ValueError as exc:  # e.g. month 13, Feb 30, hour 25
         raise W3CDatetimeError(f"{text!r} is not a valid date/time: {exc}") from exc
-    return moment.astimezone(UTC)
+    except OverflowError as exc:  # year 1 with a + offset, year 9999 with a - offset
+        raise W3CDatetimeError(f"{text!r} is outside the representable range") from exc
 
 
 def _zone(tz: str | None) -> timezone:
@@ -70,7 +72,10 @@ def format_w3c_datetime(moment: datetime) -> str:
     """Format as ``YYYY-MM-DDThh:mm:ss[.s]Z`` in UTC; naive datetimes are refused."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise W3CDatetimeError("naive datetime: ResourceSync datetimes must carry a zone")
-    utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    try:
+        utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise W3CDatetimeError(f"{moment!r} is outside the representable range") from exc
     # f-string formatting: several times faster than strftime on this hot path.
     text = (
         f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
@@ -85,4 +90,7 @@ def ensure_utc(moment: datetime) -> datetime:
     """Return ``moment`` in UTC, refusing naive values (used by the models)."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise W3CDatetimeError("naive datetime: ResourceSync datetimes must carry a zone")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise W3CDatetimeError(f"{moment!r} is outside the representable range") from exc
