@@ -19,8 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from . import namespaces as ns
-from .models import Document, Entry, Link, Metadata
+from .models import Document, DocumentType, Entry, Link, Metadata
 from .serialiser import serialise_entry, serialise_head, serialise_tail
+
+_CHANGE_TYPES = frozenset(
+    {DocumentType.CHANGE_LIST, DocumentType.CHANGE_DUMP_MANIFEST, DocumentType.CHANGE_NOTIFICATION}
+)
 
 
 @dataclass(frozen=True)
@@ -51,12 +55,13 @@ def split_entries(
         raise ValueError("max_entries must be at least 1")
     base_links = ([Link(rel="up", href=up)] if up else []) + list(links)
     single = Document(md=md, links=tuple(base_links), entries=tuple(entries))
-    chunks = _chunk(entries, single, max_entries, max_bytes)
+    chunks = _chunk(entries, single, max_entries, max_bytes, index_url)
     if len(chunks) == 1:
         return SplitResult(parts=[single], index=None)
 
     part_links = tuple(base_links + [Link(rel="index", href=index_url)])
-    times = _part_intervals(chunks, md)
+    changes = single.type in _CHANGE_TYPES
+    times = _part_intervals(chunks, md, changes)
     parts = []
     index_entries = []
     for number, (chunk, (start, until)) in enumerate(zip(chunks, times, strict=True)):
@@ -75,11 +80,17 @@ def split_entries(
 
 
 def _chunk(
-    entries: Sequence[Entry], template: Document, max_entries: int, max_bytes: int
+    entries: Sequence[Entry], template: Document, max_entries: int, max_bytes: int, index_url: str
 ) -> list[list[Entry]]:
     """Greedy split by count and by serialised size (head + tail + entries <= max_bytes)."""
-    # Head/tail of the parts carry one more link (index) than the template: allow for it.
-    overhead = len(serialise_head(template).encode()) + len(serialise_tail(template)) + 200
+    # Measure the largest head a part can have: the index link and a full interval added.
+    widest = template.md.model_copy(
+        update={"until": template.md.until or template.md.from_ or template.md.at}
+    )
+    head = template.model_copy(
+        update={"md": widest, "links": (*template.links, Link(rel="index", href=index_url))}
+    )
+    overhead = len(serialise_head(head).encode()) + len(serialise_tail(head).encode())
     chunks: list[list[Entry]] = [[]]
     size = overhead
     for entry in entries:
@@ -93,15 +104,32 @@ def _chunk(
     return chunks
 
 
+def _boundary(entry: Entry, changes: bool) -> datetime | None:
+    """The time an entry marks in its document's interval: its change time in a change
+    document; the ``from`` of the package or list it points to otherwise (a Change Dump's
+    ``<lastmod>`` is the ZIP file's, not a change time)."""
+    if changes:
+        return entry.change_time
+    return None if entry.md is None else entry.md.from_
+
+
 def _part_intervals(
-    chunks: list[list[Entry]], md: Metadata
+    chunks: list[list[Entry]], md: Metadata, changes: bool
 ) -> list[tuple[datetime | None, datetime | None]]:
     if md.from_ is None:
         return [(None, None)] * len(chunks)
     starts: list[datetime] = [md.from_]
-    for chunk in chunks[1:]:
-        first = chunk[0].change_time
-        # An entry without a datetime inherits its predecessor's start (§12.1 Example 19).
-        starts.append(max(first, starts[-1]) if first is not None else starts[-1])
+    latest = md.from_
+    for previous, chunk in zip(chunks, chunks[1:], strict=False):
+        # The latest time seen so far: an undated entry (§12.1 Example 19) belongs after it.
+        for entry in previous:
+            moment = _boundary(entry, changes)
+            if moment is not None and moment > latest:
+                latest = moment
+        first = _boundary(chunk[0], changes)
+        start = max(first, latest) if first is not None else latest
+        if md.until is not None:
+            start = min(start, md.until)
+        starts.append(start)
     untils: list[datetime | None] = [*starts[1:], md.until]
     return list(zip(starts, untils, strict=True))

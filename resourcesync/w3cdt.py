@@ -19,7 +19,8 @@ _W3C = re.compile(
     r"(?:T(?P<hour>\d{2}):(?P<minute>\d{2})"
     r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
     r"(?P<tz>Z|[+-]\d{2}:\d{2}))?"
-    r")?)?"
+    r")?)?",
+    re.ASCII,  # \d must not match full-width or other Unicode digits
 )
 
 
