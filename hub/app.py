@@ -37,6 +37,7 @@ from .documents import DocumentService, NotFound, Served
 from .ingest import IngestError, parse_fragment, plan_changes, plan_seed, to_us
 from .materialise import Urls
 from .metrics import HubMetrics
+from .push.protocol import PUSH_REL
 from .rotation import RotationPolicy, Rotator
 from .settings import Settings
 from .store import TopicStore
@@ -50,8 +51,9 @@ _LINK = re.compile(r'<([^>]*)>\s*;\s*rel\s*=\s*"?([^";,]+)"?')
 class Hub:
     """Everything one hub process holds, built from settings at startup."""
 
-    def __init__(self, settings: Settings, redis: Redis) -> None:
+    def __init__(self, settings: Settings, redis: Redis, *, push_url: str | None = None) -> None:
         self.settings = settings
+        self.push_url = push_url
         self.redis = redis
         self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.metrics = HubMetrics()
@@ -63,6 +65,7 @@ class Hub:
             index_lists=settings.limits.index_lists,
             described_by=settings.hub.description,
             topic_descriptions={t.name: t.description for t in settings.topics},
+            push_url=push_url,
         )
         limits = settings.limits
         self.rotator = Rotator(
@@ -235,10 +238,15 @@ def build_app(hub: Hub) -> Starlette:
 
     def serve(request: Request, served: Served, topic: str | None) -> Response:
         headers = {"ETag": served.etag}
+        links = []
         if topic is not None:
-            headers["Link"] = (
-                f'<{Urls(settings.hub.base_url, topic).capability_list}>; rel="resourcesync"'
-            )
+            capability_list = Urls(settings.hub.base_url, topic).capability_list
+            links.append(f'<{capability_list}>; rel="resourcesync"')
+        if hub.push_url is not None:
+            # The push endpoint, so rs-subscribe needs only the Source's URL (protocol.md).
+            links.append(f'<{hub.push_url}>; rel="{PUSH_REL}"')
+        if links:
+            headers["Link"] = ", ".join(links)
         if served.last_modified is not None:
             headers["Last-Modified"] = format_datetime(served.last_modified, usegmt=True)
         headers["Cache-Control"] = (

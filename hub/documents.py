@@ -38,7 +38,9 @@ class DocumentService:
         index_lists: int,
         described_by: str | None = None,
         topic_descriptions: dict[str, str | None] | None = None,
+        push_url: str | None = None,
     ) -> None:
+        self.push_url = push_url
         self.store = store
         self.base_url = base_url
         self.topics = topics
@@ -59,7 +61,11 @@ class DocumentService:
         return Served(body, _etag("sd", body), None)
 
     def capability_list(self, topic: str) -> Served:
-        body = m.capability_list(self.urls(topic), described_by=self.topic_descriptions.get(topic))
+        body = m.capability_list(
+            self.urls(topic),
+            described_by=self.topic_descriptions.get(topic),
+            push_url=self.push_url,
+        )
         return Served(body, _etag("cap", body), None)
 
     async def open_change_list(self, topic: str) -> Served:

@@ -20,6 +20,7 @@ posters cannot interleave out of order.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -36,6 +37,7 @@ from resourcesync import (
     validate,
 )
 from resourcesync.serialiser import serialise_entry
+from resourcesync.w3cdt import format_w3c_datetime
 
 CHANGE_CAPABILITIES = frozenset(
     {
@@ -82,6 +84,8 @@ class ChangeRecord:
     change: str
     entry_xml: str
     state_xml: str | None
+    entry_json: str
+    """The change in the push channel's compact JSON form (docs/protocol.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +217,32 @@ def _record(entry: Entry, moment: datetime) -> ChangeRecord:
         change=change,
         entry_xml=serialise_entry(stored),
         state_xml=state_xml,
+        entry_json=change_json(stored, change, moment),
     )
+
+
+def change_json(entry: Entry, change: str, moment: datetime) -> str:
+    """The JSON object of one change, without its position (added when it is pushed)."""
+    md = entry.md
+    data: dict[str, object] = {
+        "loc": entry.loc,
+        "change": change,
+        "datetime": format_w3c_datetime(moment),
+    }
+    if entry.lastmod is not None:
+        data["lastmod"] = format_w3c_datetime(entry.lastmod)
+    if md is not None:
+        if md.hash:
+            data["hash"] = " ".join(str(h) for h in md.hash)
+        for name in ("length", "type", "encoding"):
+            value = getattr(md, name)
+            if value is not None:
+                data[name] = value
+    if entry.links:
+        data["links"] = [
+            link.model_dump(mode="json", exclude_defaults=True) for link in entry.links
+        ]
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
 def _state_entry(entry: Entry, moment: datetime) -> Entry:

@@ -30,6 +30,7 @@ from resourcesync.namespaces import MAX_ENTRIES
 from resourcesync.serialiser import serialise, serialise_head, serialise_tail
 
 from .ingest import from_us
+from .push.protocol import PUSH_REL
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,9 @@ def source_description(base: str, topics: Sequence[str], described_by: str | Non
     )
 
 
-def capability_list(urls: Urls, *, described_by: str | None = None) -> bytes:
+def capability_list(
+    urls: Urls, *, described_by: str | None = None, push_url: str | None = None
+) -> bytes:
     links = [Link(rel="up", href=urls.source_description)]
     if described_by:
         links.insert(0, Link(rel="describedby", href=described_by))
@@ -113,11 +116,13 @@ def capability_list(urls: Urls, *, described_by: str | None = None) -> bytes:
             loc=urls.change_list_archive,
             md=Metadata(capability=Capability.CHANGELIST_ARCHIVE),
         ),
-        # Change notification spec §5: the topic URI in <loc>, the hub in rs:ln rel="hub".
+        # Change notification spec §5: the topic URI in <loc>, the hub in rs:ln rel="hub";
+        # the WebSocket push endpoint beside it under its own relation (docs/protocol.md).
         Entry(
             loc=urls.topic_uri,
             md=Metadata(capability=Capability.CHANGE_NOTIFICATION),
-            links=(Link(rel="hub", href=urls.hub),),
+            links=(Link(rel="hub", href=urls.hub),)
+            + ((Link(rel=PUSH_REL, href=push_url),) if push_url else ()),
         ),
     )
     return serialise(

@@ -39,5 +39,42 @@ class HubMetrics:
             registry=self.registry,
         )
 
+        self.subscribers = Gauge(
+            "rspush_push_subscribers",
+            "Connected push subscribers per topic (this process)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.changes_sent = Counter(
+            "rspush_push_changes_sent",
+            "Changes sent over the push channel (one per change per subscriber)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.frames_sent = Counter(
+            "rspush_push_frames_sent",
+            "Push frames sent (one per batch per subscriber)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.slow_closes = Counter(
+            "rspush_push_slow_consumer_closes",
+            "Push connections closed as slow consumers",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.push_lag = Histogram(
+            "rspush_push_lag_seconds",
+            "Acceptance (stream id time) to send, per batch",
+            ["topic"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+
+    def sent(self, topic: str, subscribers: int, changes: int, lag_s: float) -> None:
+        self.frames_sent.labels(topic).inc(subscribers)
+        self.changes_sent.labels(topic).inc(subscribers * changes)
+        self.push_lag.labels(topic).observe(max(lag_s, 0.0))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

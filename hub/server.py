@@ -10,12 +10,14 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import uvicorn
 from redis.asyncio import Redis
 
 from .app import Hub, build_app
 from .embedded import EmbeddedRedis
+from .push.server import PushServer
 from .settings import Settings
 
 log = logging.getLogger("rspush.hub")
@@ -27,6 +29,9 @@ class RunningHub:
     hub: Hub
     url: str
     """Where this process listens (may differ from base_url behind a proxy)."""
+    push_url: str | None = None
+    """Where its WebSocket push endpoint listens (None when push is disabled)."""
+    push: PushServer | None = None
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -53,17 +58,36 @@ class _Server(uvicorn.Server):
         yield
 
 
+def advertised_push_url(settings: Settings, port: int) -> str:
+    """The push URL documents name: configured, or the base URL's host on the push port."""
+    if settings.push.url:
+        return settings.push.url
+    base = urlsplit(settings.hub.base_url)
+    scheme = "wss" if base.scheme == "https" else "ws"
+    return f"{scheme}://{base.hostname}:{port}/"
+
+
 @asynccontextmanager
 async def running_hub(
-    settings: Settings, *, sock: socket.socket | None = None
+    settings: Settings,
+    *,
+    sock: socket.socket | None = None,
+    push_sock: socket.socket | None = None,
 ) -> AsyncIterator[RunningHub]:
     """Serve ``settings`` until the block exits. Redis must be reachable at
     ``settings.redis_url`` (the CLI starts the embedded server before calling this)."""
     if settings.redis_url is None:
         raise ValueError("running_hub needs settings.redis_url (start EmbeddedRedis first)")
     sock = sock or bind(settings.host, settings.port)
+    if settings.push.enabled and push_sock is None:
+        push_sock = bind(settings.host, settings.push.port)
+    push_port = push_sock.getsockname()[1] if push_sock is not None else None
     redis = redis_client(settings.redis_url)
-    hub = Hub(settings, redis)
+    hub = Hub(
+        settings,
+        redis,
+        push_url=None if push_port is None else advertised_push_url(settings, push_port),
+    )
     config = uvicorn.Config(
         build_app(hub),
         log_level="warning",
@@ -73,6 +97,7 @@ async def running_hub(
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="rspush-http")
+    running: RunningHub | None = None
     try:
         async with asyncio.timeout(STARTUP_TIMEOUT_S):
             while not server.started:
@@ -81,13 +106,29 @@ async def running_hub(
                     raise RuntimeError("hub stopped during startup")
                 await asyncio.sleep(0.01)
         host, port = sock.getsockname()[:2]
-        yield RunningHub(hub=hub, url=f"http://{_url_host(host)}:{port}")
+        running = RunningHub(hub=hub, url=f"http://{_url_host(host)}:{port}")
+        if push_sock is not None:
+            push = PushServer(
+                settings,
+                redis,
+                on_sent=hub.metrics.sent,
+                on_slow=lambda topic: hub.metrics.slow_closes.labels(topic).inc(),
+                on_subscribers=lambda topic, n: hub.metrics.subscribers.labels(topic).set(n),
+            )
+            await push.start(push_sock)
+            running.push = push
+            running.push_url = f"ws://{_url_host(host)}:{push_port}/"
+        yield running
     finally:
+        if running is not None and running.push is not None:
+            await running.push.stop()
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await redis.aclose()
         sock.close()
+        if push_sock is not None:
+            push_sock.close()
 
 
 def _url_host(host: str) -> str:
@@ -110,9 +151,10 @@ async def serve_forever(settings: Settings) -> None:
     try:
         async with running_hub(settings) as running:
             log.warning(
-                "rspush hub serving %s on %s (topics: %s)",
+                "rspush hub serving %s on %s, push on %s (topics: %s)",
                 settings.hub.base_url,
                 running.url,
+                running.push_url or "-",
                 ", ".join(t.name for t in settings.topics) or "none",
             )
             await _supervise(stop, embedded)

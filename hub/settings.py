@@ -63,9 +63,7 @@ class Topic(BaseModel):
         return value
 
 
-class Source(BaseModel):
-    """A Source allowed to post changes to some topics with a bearer token."""
-
+class _TokenHolder(BaseModel):
     name: str
     token_sha256: str
     topics: list[str]
@@ -77,6 +75,30 @@ class Source(BaseModel):
         if not _SHA256_HEX.fullmatch(value):
             raise ValueError("token_sha256 must be 64 hex digits (see `rs-hub token new`)")
         return value
+
+
+class Source(_TokenHolder):
+    """A Source allowed to post changes to some topics with a bearer token."""
+
+
+class Subscriber(_TokenHolder):
+    """A Destination allowed to subscribe to private topics with a bearer token."""
+
+
+class Push(BaseModel):
+    """The WebSocket push channel (docs/protocol.md)."""
+
+    enabled: bool = True
+    port: int = Field(8081, ge=0, le=65535)
+    """Where the push endpoint listens (on the hub's host); 0 picks a free port."""
+    url: str | None = None
+    """How documents name the endpoint (default: ws://<base_url host>:<port>/)."""
+    send_buffer_bytes: int = Field(1024 * 1024, ge=4096)
+    """Per-connection bound: past it the client is closed as a slow consumer."""
+    max_pending_batches: int = Field(10_000, ge=1)
+    """Live batches queued for a connection while its replay runs."""
+    ping_interval_s: float = Field(20.0, gt=0)
+    ping_timeout_s: float = Field(20.0, gt=0)
 
 
 class Limits(BaseModel):
@@ -99,7 +121,9 @@ class Settings(BaseSettings):
     hub: HubSection = HubSection()
     topics: list[Topic] = []
     sources: list[Source] = []
+    subscribers: list[Subscriber] = []
     limits: Limits = Limits()
+    push: Push = Push()
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("rspush-data")
@@ -116,12 +140,10 @@ class Settings(BaseSettings):
         names = [t.name for t in self.topics]
         if len(set(names)) != len(names):
             raise ValueError("topic names must be unique")
-        for source in self.sources:
-            unknown = set(source.topics) - set(names)
+        for who in [*self.sources, *self.subscribers]:
+            unknown = set(who.topics) - set(names)
             if unknown:
-                raise ValueError(
-                    f"source {source.name!r} names unknown topics: {', '.join(sorted(unknown))}"
-                )
+                raise ValueError(f"{who.name!r} names unknown topics: {', '.join(sorted(unknown))}")
         return self
 
     def topic(self, name: str) -> Topic | None:

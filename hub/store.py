@@ -21,7 +21,7 @@ from .keys import TopicKeys
 
 # KEYS: stream, meta, state, idempotency (or the meta key again when there is none)
 # ARGV: n, has_idem, idem_ttl, epoch_candidate, now_us, then n x (time_us, loc, change,
-#       entry_xml, state_xml)
+#       entry_xml, state_xml, entry_json)
 _APPEND = """
 local stream, meta, state, idem = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local n = tonumber(ARGV[1])
@@ -39,9 +39,9 @@ redis.call('HSETNX', meta, 'open_from', ARGV[6])
 redis.call('HSETNX', meta, 'open_since', ARGV[5])
 local first_id, last_id
 for i = 0, n - 1 do
-  local b = 6 + i * 5
+  local b = 6 + i * 6
   local id = redis.call('XADD', stream, '*', 't', ARGV[b], 'loc', ARGV[b + 1],
-                        'ch', ARGV[b + 2], 'x', ARGV[b + 3])
+                        'ch', ARGV[b + 2], 'x', ARGV[b + 3], 'j', ARGV[b + 5])
   if i == 0 then first_id = id end
   last_id = id
   if ARGV[b + 2] == 'deleted' then
@@ -50,7 +50,7 @@ for i = 0, n - 1 do
     redis.call('HSET', state, ARGV[b + 1], ARGV[b + 4])
   end
 end
-redis.call('HSET', meta, 'last_t', ARGV[6 + (n - 1) * 5])
+redis.call('HSET', meta, 'last_t', ARGV[6 + (n - 1) * 6])
 redis.call('HINCRBY', meta, 'open_count', n)
 redis.call('HINCRBY', meta, 'version', 1)
 local epoch = redis.call('HGET', meta, 'epoch')
@@ -124,6 +124,7 @@ class StreamEntry:
     loc: str
     change: str
     xml: str
+    json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +237,7 @@ class TopicStore:
                 record.change,
                 record.entry_xml,
                 record.state_xml or "",
+                record.entry_json,
             ]
         idem = k.idempotency(idempotency_key) if idempotency_key else k.meta
         outcome = await self._append(keys=[k.stream, k.meta, k.state, idem], args=argv)
@@ -354,8 +356,19 @@ class TopicStore:
         return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
 
     async def trim(self, topic: str, min_id: str) -> int:
-        """Drop stream entries older than ``min_id`` (callers keep the open list)."""
-        return int(await self.redis.xtrim(self.keys(topic).stream, minid=min_id))
+        """Drop stream entries older than ``min_id`` (callers keep the open list).
+
+        Records ``trimmed_through`` (the last id removed) first, so the push channel can
+        tell a subscriber whose resume point is gone to catch up from the archive."""
+        k = self.keys(topic)
+        last_removed: Any = await self.redis.xrevrange(k.stream, max=f"({min_id}", count=1)
+        if not last_removed:
+            return 0
+        raw = last_removed[0][0]
+        await self.redis.hset(
+            k.meta, "trimmed_through", raw.decode() if isinstance(raw, bytes) else raw
+        )
+        return int(await self.redis.xtrim(k.stream, minid=min_id))
 
 
 def _stream_entry(row: Any) -> StreamEntry:
@@ -366,4 +379,5 @@ def _stream_entry(row: Any) -> StreamEntry:
         loc=fields[b"loc"].decode(),
         change=fields[b"ch"].decode(),
         xml=fields[b"x"].decode(),
+        json=fields[b"j"].decode(),
     )

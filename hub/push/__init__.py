@@ -1,0 +1,1 @@
+"""The WebSocket push channel (protocol in docs/protocol.md)."""

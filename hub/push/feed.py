@@ -1,0 +1,196 @@
+"""One topic's live feed in one hub process: a single Redis reader (``XREAD BLOCK``) whose
+batches fan out in memory to every subscriber of the topic.
+
+Each batch is encoded once per format and the same bytes go to every live subscriber through
+``websockets.broadcast`` (no per-connection encoding, no per-connection coroutine). Batching
+adapts by itself: ``XREAD`` returns whatever arrived since the last read, so under light load
+a change goes out alone at once and under heavy load batches grow up to ``MAX_BATCH``.
+
+Backpressure: before each broadcast a connection whose transport write buffer is over
+``send_buffer_bytes`` is closed with :attr:`CloseCode.SLOW_CONSUMER` and its resume position,
+so one slow Destination never slows the others or grows the hub's memory without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from websockets.asyncio.server import ServerConnection, broadcast
+
+from ..ingest import from_us
+from ..keys import TopicKeys
+from .protocol import (
+    FRAME_ENCODERS,
+    CloseCode,
+    Position,
+    PushedChange,
+    close_reason,
+)
+
+log = logging.getLogger("rspush.hub.push")
+MAX_BATCH = 1000
+BLOCK_MS = 2000
+
+
+@dataclass
+class Batch:
+    changes: list[PushedChange]
+    start: datetime
+    until: datetime
+    encoded: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def last(self) -> Position:
+        return self.changes[-1].position
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One topic of one connection. Until ``live``, feed batches wait in ``pending`` while
+    the connection's replay runs; the seam is then de-duplicated by position."""
+
+    connection: ServerConnection
+    topic: str
+    format: str
+    last_sent: Position
+    until: datetime | None
+    live: bool = False
+    pending: list[Batch] = field(default_factory=list)
+    closed: bool = False
+
+
+def row_change(row: Any) -> PushedChange:
+    raw_id, fields = row
+    text = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+    return PushedChange(
+        position=Position.parse(text),
+        time_us=int(fields[b"t"]),
+        xml=fields[b"x"].decode(),
+        json=fields[b"j"].decode(),
+    )
+
+
+class TopicFeed:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: TopicKeys,
+        *,
+        epoch: str,
+        send_buffer_bytes: int,
+        max_pending_batches: int,
+        on_sent: Callable[[str, int, int, float], None] | None = None,
+        on_slow: Callable[[str], None] | None = None,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.topic = keys.topic
+        self.epoch = epoch
+        self.send_buffer_bytes = send_buffer_bytes
+        self.max_pending_batches = max_pending_batches
+        self.subscriptions: set[Subscription] = set()
+        self.last = Position(0, 0)
+        self.last_until: datetime | None = None
+        self.on_sent = on_sent
+        self.on_slow = on_slow
+        self._task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+
+    async def start(self) -> None:
+        tail: Any = await self.redis.xrevrange(self.keys.stream, count=1)
+        if tail:
+            change = row_change(tail[0])
+            self.last = change.position
+            self.last_until = from_us(change.time_us)
+        self._task = asyncio.create_task(self._run(), name=f"rspush-feed-{self.topic}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        self.ready.set()
+        while True:
+            try:
+                reply: Any = await self.redis.xread(
+                    {self.keys.stream: str(self.last)}, count=MAX_BATCH, block=BLOCK_MS
+                )
+            except RedisError:
+                log.exception("feed %s: XREAD failed; retrying", self.topic)
+                await asyncio.sleep(0.5)
+                continue
+            if not reply:
+                continue
+            changes = [row_change(row) for row in reply[0][1]]
+            until = from_us(changes[-1].time_us)
+            start = self.last_until or from_us(changes[0].time_us)
+            self.last = changes[-1].position
+            self.last_until = until
+            self.deliver(Batch(changes, start, until))
+
+    def encoded(self, batch: Batch, fmt: str) -> bytes:
+        frame = batch.encoded.get(fmt)
+        if frame is None:
+            encode = FRAME_ENCODERS[fmt]
+            frame = encode(self.topic, self.epoch, batch.start, batch.until, batch.changes)
+            batch.encoded[fmt] = frame
+        return frame
+
+    def deliver(self, batch: Batch) -> None:
+        """Hand a batch to every subscription: broadcast to the live ones, queue for the
+        ones still replaying."""
+        by_format: dict[str, list[ServerConnection]] = {}
+        for sub in list(self.subscriptions):
+            if sub.closed:
+                continue
+            if not sub.live:
+                sub.pending.append(batch)
+                if len(sub.pending) > self.max_pending_batches:
+                    self.close_slow(sub)
+                continue
+            if self._over_limit(sub.connection):
+                self.close_slow(sub)
+                continue
+            by_format.setdefault(sub.format, []).append(sub.connection)
+            sub.last_sent = batch.last
+            sub.until = batch.until
+        lag = time.time() - batch.changes[0].position.ms / 1000
+        for fmt, connections in by_format.items():
+            broadcast(connections, self.encoded(batch, fmt), text=True)
+            if self.on_sent is not None:
+                self.on_sent(self.topic, len(connections), len(batch.changes), lag)
+
+    def _over_limit(self, connection: ServerConnection) -> bool:
+        transport = connection.transport
+        return transport is not None and (
+            transport.get_write_buffer_size() > self.send_buffer_bytes
+        )
+
+    def close_slow(self, sub: Subscription) -> None:
+        sub.closed = True
+        self.subscriptions.discard(sub)
+        if self.on_slow is not None:
+            self.on_slow(self.topic)
+        reason = close_reason({self.topic: sub.last_sent})
+        asyncio.create_task(_close(sub.connection, CloseCode.SLOW_CONSUMER, reason))
+
+
+async def _close(connection: ServerConnection, code: int, reason: str) -> None:
+    # A slow consumer's buffer may never drain: do not wait for its closing handshake.
+    try:
+        async with asyncio.timeout(1.0):
+            await connection.close(code, reason)
+    except TimeoutError:
+        if connection.transport is not None:
+            connection.transport.abort()

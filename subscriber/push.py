@@ -1,0 +1,141 @@
+"""Push channel client: subscribe over WebSocket, yield each pushed change with its topic,
+epoch and position; raise a typed error for every way the hub can refuse or close.
+
+The Destination agent builds on :func:`push_changes`; ``rs-subscribe watch`` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from hub.push.protocol import PROTOCOL_VERSION, RSPUSH_NS, CloseCode, TopicRequest
+from resourcesync import parse_document
+
+
+class PushError(Exception):
+    """The push channel failed; ``code`` is the WebSocket close code when there was one."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class HistoryInsufficientError(PushError):
+    """The resume point is older than the hub keeps (or the epoch changed): catch up from
+    the Change List Archive at ``archive``."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(
+            f"topic {info.get('topic')!r}: history insufficient ({info.get('reason')}); "
+            f"oldest available position {info.get('oldest')}; catch up from the Change List "
+            f"Archive {info.get('archive')}",
+            CloseCode.HISTORY_INSUFFICIENT,
+        )
+        self.info = info
+
+
+class RefusedError(PushError):
+    """Unauthorised, unknown topic or protocol error."""
+
+
+@dataclass(frozen=True)
+class Change:
+    topic: str
+    epoch: str
+    position: str
+    loc: str
+    change: str
+    datetime: str
+    data: dict[str, Any]
+    """Everything the hub sent for the change (hash, length, type, lastmod, links…)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "epoch": self.epoch, **self.data}
+
+
+async def push_changes(
+    url: str,
+    topics: Sequence[TopicRequest],
+    *,
+    fmt: str = "json",
+    token: str | None = None,
+    open_timeout: float = 10.0,
+) -> AsyncIterator[Change | dict[str, Any]]:
+    """Yield ``subscribed`` control messages (dicts) and :class:`Change` values until the
+    connection closes; raise :class:`PushError` (or a subclass) on every abnormal end."""
+    request = {
+        "type": "subscribe",
+        "version": PROTOCOL_VERSION,
+        "format": fmt,
+        "topics": [t.model_dump(exclude_none=True) for t in topics],
+    }
+    if token is not None:
+        request["token"] = token
+    try:
+        async with connect(url, open_timeout=open_timeout, max_size=None, compression=None) as ws:
+            await ws.send(json.dumps(request))
+            async for frame in ws:
+                if isinstance(frame, bytes) or frame.startswith("<"):
+                    for change in _from_xml(frame):
+                        yield change
+                    continue
+                message = json.loads(frame)
+                kind = message.get("type")
+                if kind == "changes":
+                    for item in message["changes"]:
+                        yield Change(
+                            topic=message["topic"],
+                            epoch=message["epoch"],
+                            position=item["position"],
+                            loc=item["loc"],
+                            change=item["change"],
+                            datetime=item["datetime"],
+                            data=item,
+                        )
+                elif kind == "history-insufficient":
+                    raise HistoryInsufficientError(message)
+                elif kind == "error":
+                    raise RefusedError(f"{message.get('error')}: {message.get('message')}")
+                else:
+                    yield message
+    except ConnectionClosed as exc:
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        raise PushError(f"push channel closed ({code}): {reason}", code) from exc
+    except OSError as exc:
+        raise PushError(f"cannot connect to {url}: {exc}") from exc
+    raise PushError("push channel closed by the hub", CloseCode.SHUTDOWN)
+
+
+def _from_xml(frame: str | bytes) -> list[Change]:
+    data = frame.encode() if isinstance(frame, str) else frame
+    document = parse_document(data)
+    topic = document.md.extra.get(f"{{{RSPUSH_NS}}}topic", "")
+    epoch = document.md.extra.get(f"{{{RSPUSH_NS}}}epoch", "")
+    changes = []
+    for entry in document.entries:
+        md = entry.md
+        assert md is not None and md.datetime is not None
+        item: dict[str, Any] = {
+            "position": md.extra.get(f"{{{RSPUSH_NS}}}position", ""),
+            "loc": entry.loc,
+            "change": md.change,
+            "datetime": md.datetime.isoformat().replace("+00:00", "Z"),
+        }
+        if md.hash:
+            item["hash"] = " ".join(str(h) for h in md.hash)
+        for name in ("length", "type"):
+            if getattr(md, name) is not None:
+                item[name] = getattr(md, name)
+        changes.append(
+            Change(
+                topic, epoch, item["position"], entry.loc, str(md.change), item["datetime"], item
+            )
+        )
+    return changes
