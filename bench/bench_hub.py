@@ -87,11 +87,19 @@ max_body_bytes = 52428800
     )
     hub = Path(sys.executable).parent / "rs-hub"
     process = subprocess.Popen(
-        [str(hub), "serve", "--config", str(config), "--port", str(port),
-         "--data-dir", str(workdir / "data")],
+        [
+            str(hub),
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--data-dir",
+            str(workdir / "data"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -231,17 +239,25 @@ def main() -> None:
         "serve_resourcelist_50k": rl,
     }
     print(f"python {results['python']}, lxml {results['lxml']}, {results['cpus']} cpus")
-    print(f"{total} changes in {args.fragments} fragments of {args.entries}, "
-          f"{args.posters} concurrent posters")  # fmt: skip
+    print(
+        f"{total} changes in {args.fragments} fragments of {args.entries}, "
+        f"{args.posters} concurrent posters"
+    )
     print(f"  bare lxml parse      {results['bare_parse_changes_per_s']:>12,.0f} changes/s")
-    print(f"  hub ingest (HTTP)    {results['ingest_changes_per_s']:>12,.0f} changes/s"
-          f"   = {results['ingest_vs_bare_parse']:.3f} x bare parse")  # fmt: skip
-    print(f"  POST latency         median {results['post_latency_median_ms']:.1f} ms, "
-          f"max {results['post_latency_max_ms']:.1f} ms")  # fmt: skip
+    print(
+        f"  hub ingest (HTTP)    {results['ingest_changes_per_s']:>12,.0f} changes/s"
+        f"   = {results['ingest_vs_bare_parse']:.3f} x bare parse"
+    )
+    print(
+        f"  POST latency         median {results['post_latency_median_ms']:.1f} ms, "
+        f"max {results['post_latency_max_ms']:.1f} ms"
+    )
     for name, served in (("Change List", cl), ("Resource List", rl)):
-        print(f"  GET {name} ({served['bytes'] / 1e6:.1f} MB, 50,000 entries): "
-              f"best {served['get_best_ms']:.0f} ms, median {served['get_median_ms']:.0f} ms, "
-              f"304 median {served['conditional_median_ms']:.1f} ms")  # fmt: skip
+        print(
+            f"  GET {name} ({served['bytes'] / 1e6:.1f} MB, 50,000 entries): "
+            f"best {served['get_best_ms']:.0f} ms, median {served['get_median_ms']:.0f} ms, "
+            f"304 median {served['conditional_median_ms']:.1f} ms"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -65,6 +65,7 @@ def make_settings(redis_url: str, prefix: str, base_url: str, **limits: object) 
         limits=Limits(**limits),  # type: ignore[arg-type]
         redis_url=redis_url,
         redis_prefix=prefix,
+        push={"port": 0},  # every hub in a test run gets its own free push port
         rotation_interval_s=0.05,
         lease_ttl_s=1.0,
     )
@@ -102,7 +103,7 @@ async def client(hub: RunningHub) -> AsyncIterator[httpx.AsyncClient]:
 def change_fragment(*changes: tuple[str, str, str], capability: str = "changelist") -> bytes:
     """A fragment of (loc, change, datetime) triples."""
     urls = "".join(
-        f"<url><loc>{loc}</loc><rs:md change=\"{change}\" datetime=\"{when}\""
+        f'<url><loc>{loc}</loc><rs:md change="{change}" datetime="{when}"'
         f' length="{len(loc)}" type="text/plain"/></url>'
         for loc, change, when in changes
     )
