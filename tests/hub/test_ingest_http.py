@@ -26,7 +26,8 @@ async def test_post_then_read_every_document(hub: RunningHub, client: httpx.Asyn
     change_list = await client.get("/topics/dataset1/changelist.xml")
     assert change_list.status_code == 200
     assert change_list.headers["content-type"] == "application/xml"
-    assert change_list.headers["link"].endswith('capabilitylist.xml>; rel="resourcesync"')
+    assert 'capabilitylist.xml>; rel="resourcesync"' in change_list.headers["link"]
+    assert 'rel="urn:rspush:websocket"' in change_list.headers["link"]
     doc = parse_document(change_list.content)
     assert doc.type is DocumentType.CHANGE_LIST
     assert doc.md.until is None
