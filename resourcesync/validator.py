@@ -261,6 +261,7 @@ def _check_entries(doc: Document, kind: DocumentType, section: str) -> Iterator[
     is_change_doc = kind in _CHANGE_DOCS
     is_manifest = kind in (T.RESOURCE_DUMP_MANIFEST, T.CHANGE_DUMP_MANIFEST)
     doc_from, doc_until = doc.md.from_, doc.md.until
+    from_recommended = kind in _ENTRY_FROM_RECOMMENDED
     for index, entry in enumerate(doc.entries):
         md = entry.md
         if entry.changefreq is not None and entry.changefreq not in CHANGEFREQ_VALUES:
@@ -272,7 +273,9 @@ def _check_entries(doc: Document, kind: DocumentType, section: str) -> Iterator[
                 entry=index,
             )
         if is_change_doc:
-            yield from _check_change(entry, index, section)
+            change = None if md is None else md.change
+            if change is None or change not in _CHANGES:
+                yield from _check_change(entry, index, section)
             if md is not None and md.datetime is not None:
                 outside = (doc_from is not None and md.datetime < doc_from) or (
                     doc_until is not None and md.datetime > doc_until
@@ -311,7 +314,16 @@ def _check_entries(doc: Document, kind: DocumentType, section: str) -> Iterator[
                     "Z39.99 §7",
                     entry=index,
                 )
-        yield from _check_entry_times(entry, index, kind)
+        if from_recommended or (
+            md is not None
+            and (
+                md.at is not None
+                or md.completed is not None
+                or md.from_ is not None
+                or md.until is not None
+            )
+        ):
+            yield from _check_entry_times(entry, index, kind)
         if (
             kind is T.SOURCE_DESCRIPTION
             and md is not None
@@ -434,8 +446,13 @@ def _check_order(doc: Document, kind: DocumentType, section: str) -> Iterator[Vi
     if kind not in _ORDERED:
         return
     previous: datetime | None = None
+    change_doc = kind in _CHANGE_DOCS
     for index, entry in enumerate(doc.entries):
-        moment = _order_key(entry, kind)
+        if change_doc:  # inlined _order_key / Entry.change_time: the hot case
+            md = entry.md
+            moment = md.datetime if md is not None and md.datetime is not None else entry.lastmod
+        else:
+            moment = _order_key(entry, kind)
         if moment is None:
             continue
         if previous is not None and moment < previous:
@@ -446,7 +463,8 @@ def _check_order(doc: Document, kind: DocumentType, section: str) -> Iterator[Vi
                 section,
                 entry=index,
             )
-        previous = moment if previous is None else max(previous, moment)
+        if previous is None or moment > previous:
+            previous = moment
 
 
 def _check_capability_list(doc: Document) -> Iterator[Violation]:

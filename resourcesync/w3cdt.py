@@ -28,12 +28,22 @@ class W3CDatetimeError(ValueError):
     """The text is not a W3C Datetime."""
 
 
+# The form nearly every document uses (and the serialiser writes): UTC, seconds, up to six
+# fraction digits, ASCII digits. Anything else takes the general path below.
+_CANONICAL = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z")
+
+
 def parse_w3c_datetime(text: str) -> datetime:
     """Parse a W3C Datetime into an aware UTC :class:`datetime`.
 
     Fractions finer than a microsecond are truncated (Python's resolution).
     """
     value = text.strip()
+    if _CANONICAL.fullmatch(value):
+        try:
+            return datetime.fromisoformat(value)  # tzinfo is datetime.UTC for "Z"
+        except ValueError:
+            pass  # e.g. Feb 30: the general path words the error
     match = _W3C.fullmatch(value)
     if match is None:
         raise W3CDatetimeError(
