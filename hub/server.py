@@ -10,10 +10,12 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 import uvicorn
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from .app import Hub, build_app
 from .embedded import EmbeddedRedis
@@ -45,7 +47,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+CLUSTER_SCHEME = "redis+cluster://"
+
+
 def redis_client(url: str) -> Redis:
+    """A client for ``redis://``, ``rediss://``, ``unix://`` or, for a Redis Cluster,
+    ``redis+cluster://host:port`` (any node; the client discovers the rest).
+
+    The hub uses only commands that RedisCluster routes by key — Lua scripts whose keys share
+    one topic's hash slot, streams, hashes, strings — so it is typed as the plain client.
+    """
+    if url.startswith(CLUSTER_SCHEME):
+        cluster = RedisCluster.from_url("redis://" + url.removeprefix(CLUSTER_SCHEME))
+        return cast(Redis, cluster)
     return Redis.from_url(url, health_check_interval=30)
 
 

@@ -106,6 +106,12 @@ redis.call('HINCRBY', meta, 'version', 1)
 return 'ok'
 """
 
+# KEYS: meta, state. One consistent snapshot (a script is atomic on a Cluster too, where
+# MULTI pipelines are not available).
+_SNAPSHOT = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+"""
+
 # Lease: set if absent or renew if ours. KEYS: lease; ARGV: token, ttl_ms
 _LEASE = """
 local holder = redis.call('GET', KEYS[1])
@@ -183,6 +189,11 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    """A Lua HGETALL reply (k1, v1, k2, v2…) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _meta(raw: Any) -> TopicMeta:
     values = {k.decode(): v.decode() for k, v in raw.items()}
     return TopicMeta(
@@ -208,6 +219,7 @@ class TopicStore:
         self._seed = redis.register_script(_SEED)
         self._rotate = redis.register_script(_ROTATE)
         self._lease = redis.register_script(_LEASE)
+        self._snapshot = redis.register_script(_SNAPSHOT)
 
     def keys(self, topic: str) -> TopicKeys:
         return TopicKeys(self.prefix, topic)
@@ -312,13 +324,12 @@ class TopicStore:
         return None if value is None else bytes(value)
 
     async def state(self, topic: str) -> tuple[TopicMeta, dict[str, str]]:
-        """The current state and the meta it belongs to, read in one MULTI."""
+        """The current state and the meta it belongs to, read in one atomic step."""
         k = self.keys(topic)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(k.meta)
-            pipe.hgetall(k.state)
-            raw_meta, raw_state = await pipe.execute()
-        return _meta(raw_meta), {a.decode(): b.decode() for a, b in raw_state.items()}
+        raw_meta, raw_state = await self._snapshot(keys=[k.meta, k.state])
+        return _meta(_pairs(raw_meta)), {
+            a.decode(): b.decode() for a, b in _pairs(raw_state).items()
+        }
 
     async def acquire_lease(self, topic: str, token: str, ttl_ms: int) -> bool:
         return bool(await self._lease(keys=[self.keys(topic).lease], args=[token, ttl_ms]))
