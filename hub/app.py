@@ -110,7 +110,9 @@ def build_app(hub: Hub) -> Starlette:
 
     def reject(error: IngestError) -> JSONResponse:
         hub.metrics.rejected.labels(error.code).inc()
-        return JSONResponse(error.as_json(), status_code=error.status)
+        # RFC 6750 §3: a 401 names the scheme the client must use.
+        headers = {"WWW-Authenticate": 'Bearer realm="rspush"'} if error.status == 401 else None
+        return JSONResponse(error.as_json(), status_code=error.status, headers=headers)
 
     def authorise(request: Request, topic: str) -> None:
         token = bearer(request.headers.get("authorization"))

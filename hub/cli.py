@@ -54,6 +54,8 @@ def serve(
         level=logging.DEBUG if debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # One line per WebSocket open/close would flood the log on every reconnect wave.
+    logging.getLogger("websockets").setLevel(logging.DEBUG if debug else logging.WARNING)
     try:
         settings = load_settings(
             config, host=host, port=port, data_dir=data_dir, redis_url=redis_url

@@ -14,7 +14,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 import uvicorn
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
 from .app import Hub, build_app
@@ -39,7 +39,10 @@ class RunningHub:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket; port 0 picks a free one (read it back from getsockname)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
+    # listening socket says it is TCP. Without it Nagle + delayed ACKs add ~40 ms to
+    # request/response exchanges and to push tails (measured: docs/benchmarks.md).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
@@ -48,6 +51,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 CLUSTER_SCHEME = "redis+cluster://"
+REDIS_MAX_CONNECTIONS = 200
+REDIS_POOL_TIMEOUT_S = 20.0
 
 
 def redis_client(url: str) -> Redis:
@@ -60,7 +65,15 @@ def redis_client(url: str) -> Redis:
     if url.startswith(CLUSTER_SCHEME):
         cluster = RedisCluster.from_url("redis://" + url.removeprefix(CLUSTER_SCHEME))
         return cast(Redis, cluster)
-    return Redis.from_url(url, health_check_interval=30)
+    # A blocking pool: a burst of subscribers (every client reconnecting after a restart)
+    # waits for a connection instead of failing; each topic's feed holds one for XREAD BLOCK.
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=REDIS_POOL_TIMEOUT_S,
+        health_check_interval=30,
+    )
+    return Redis(connection_pool=pool)
 
 
 class _Server(uvicorn.Server):

@@ -32,6 +32,7 @@ class CloseCode(IntEnum):
     """WebSocket close codes (4000-4999 are for applications, RFC 6455 §7.4.2)."""
 
     SHUTDOWN = 1001  # going away: reconnect (to this or another hub) and resume
+    TRY_AGAIN_LATER = 1013  # the hub could not reach Redis: back off and resume
     PROTOCOL_ERROR = 4000
     UNAUTHORISED = 4001
     SLOW_CONSUMER = 4002

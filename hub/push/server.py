@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
@@ -141,6 +142,11 @@ class PushServer:
             await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
         except ConnectionClosed:
             pass
+        except RedisError as exc:
+            # The store is briefly unreachable or saturated: "try again later" (RFC 6455).
+            log.warning("push subscribe failed: %s", exc)
+            with contextlib.suppress(ConnectionClosed):
+                await connection.close(CloseCode.TRY_AGAIN_LATER, "store unavailable, retry")
         finally:
             for sub in subs:
                 sub.closed = True
