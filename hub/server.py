@@ -73,7 +73,7 @@ def redis_client(url: str) -> Redis:
         timeout=REDIS_POOL_TIMEOUT_S,
         health_check_interval=30,
     )
-    return Redis(connection_pool=pool)
+    return Redis.from_pool(pool)  # the client owns the pool: aclose() disconnects it
 
 
 class _Server(uvicorn.Server):
