@@ -220,7 +220,7 @@ def build_app(hub: Hub) -> Starlette:
                 raise IngestError(415, "content-type", "Content-Type must be application/xml")
             links = {
                 rel.strip(): href.strip()
-                for href, rel in _LINK.findall(request.headers.get("link", ""))
+                for href, rel in _LINK.findall(", ".join(request.headers.getlist("link")))
             }
             self_uri = links.get("self")
             prefix = f"{settings.hub.base_url}/topics/"
