@@ -112,6 +112,14 @@ _SNAPSHOT = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
+# KEYS: stream, meta; ARGV: minid. Trim, remembering the last id removed.
+_TRIM = """
+local last = redis.call('XREVRANGE', KEYS[1], '(' .. ARGV[1], '-', 'COUNT', 1)
+if #last == 0 then return 0 end
+redis.call('HSET', KEYS[2], 'trimmed_through', last[1][1])
+return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+"""
+
 # Lease: set if absent or renew if ours. KEYS: lease; ARGV: token, ttl_ms
 _LEASE = """
 local holder = redis.call('GET', KEYS[1])
@@ -220,6 +228,7 @@ class TopicStore:
         self._rotate = redis.register_script(_ROTATE)
         self._lease = redis.register_script(_LEASE)
         self._snapshot = redis.register_script(_SNAPSHOT)
+        self._trim = redis.register_script(_TRIM)
 
     def keys(self, topic: str) -> TopicKeys:
         return TopicKeys(self.prefix, topic)
@@ -369,17 +378,11 @@ class TopicStore:
     async def trim(self, topic: str, min_id: str) -> int:
         """Drop stream entries older than ``min_id`` (callers keep the open list).
 
-        Records ``trimmed_through`` (the last id removed) first, so the push channel can
-        tell a subscriber whose resume point is gone to catch up from the archive."""
+        Records ``trimmed_through`` (the last id removed) in the same atomic step, so the push
+        channel can tell a subscriber whose resume point is gone to catch up from the archive.
+        """
         k = self.keys(topic)
-        last_removed: Any = await self.redis.xrevrange(k.stream, max=f"({min_id}", count=1)
-        if not last_removed:
-            return 0
-        raw = last_removed[0][0]
-        await self.redis.hset(
-            k.meta, "trimmed_through", raw.decode() if isinstance(raw, bytes) else raw
-        )
-        return int(await self.redis.xtrim(k.stream, minid=min_id))
+        return int(await self._trim(keys=[k.stream, k.meta], args=[min_id]))
 
 
 def _stream_entry(row: Any) -> StreamEntry:
