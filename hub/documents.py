@@ -24,6 +24,9 @@ class Served:
     immutable: bool = False
 
 
+CLOSED_CACHE = 16  # closed Change Lists kept in memory (each up to 50,000 entries)
+
+
 class NotFound(Exception):
     pass
 
@@ -50,6 +53,7 @@ class DocumentService:
         # (topic, document) -> (version, what was built); one entry per kind and topic.
         self._cache: dict[tuple[str, str], tuple[str, Served | dict[int, bytes]]] = {}
         self._modified: dict[tuple[str, str], datetime | None] = {}
+        self._closed: dict[tuple[str, int], Served] = {}
 
     def urls(self, topic: str) -> m.Urls:
         if topic not in self.topics:
@@ -87,11 +91,19 @@ class DocumentService:
 
     async def closed_change_list(self, topic: str, number: int) -> Served:
         self.urls(topic)
+        cached = self._closed.get((topic, number))
+        if cached is not None:
+            return cached
         body = await self.store.closed_xml(topic, number)
         if body is None:
             raise NotFound(f"no closed Change List {number} in topic {topic!r}")
         meta = await self.store.meta(topic)
-        return Served(body, f'"{meta.epoch}-closed-{number}"', None, immutable=True)
+        served = Served(body, f'"{meta.epoch}-closed-{number}"', None, immutable=True)
+        # Closed lists never change: keep the most recent few in memory.
+        self._closed[(topic, number)] = served
+        while len(self._closed) > CLOSED_CACHE:
+            self._closed.pop(next(iter(self._closed)))
+        return served
 
     async def change_list_index(self, topic: str) -> Served:
         urls = self.urls(topic)
