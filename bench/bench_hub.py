@@ -272,8 +272,9 @@ def main() -> None:
         ("Resource List, 50,000", rl),
     ):
         print(
-            f"  GET {name} ({served['bytes'] / 1e6:.1f} MB): first {served['first_get_ms']:.0f} ms, "
-            f"best {served['get_best_ms']:.0f} ms, median {served['get_median_ms']:.0f} ms, "
+            f"  GET {name} ({served['bytes'] / 1e6:.1f} MB): "
+            f"first {served['first_get_ms']:.0f} ms, best {served['get_best_ms']:.0f} ms, "
+            f"median {served['get_median_ms']:.0f} ms, "
             f"304 median {served['conditional_median_ms']:.1f} ms"
         )
     if args.json:
