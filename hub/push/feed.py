@@ -14,7 +14,6 @@ so one slow Destination never slows the others or grows the hub's memory without
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from websockets.asyncio.server import ServerConnection, broadcast
 
 from ..ingest import from_us
 from ..keys import TopicKeys
+from ..rotation import cancel_and_wait
 from .protocol import (
     FRAME_ENCODERS,
     CloseCode,
@@ -115,9 +115,8 @@ class TopicFeed:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
+            self._task = None
 
     async def _run(self) -> None:
         self.ready.set()
