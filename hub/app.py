@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from email.utils import format_datetime, parsedate_to_datetime
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -159,7 +159,12 @@ def build_app(hub: Hub) -> Starlette:
         now = datetime.now(UTC)
         try:
             if seed:
-                seed_plan = plan_seed(document, max_entries=1_000_000)
+                seed_plan = plan_seed(
+                    document,
+                    max_entries=1_000_000,
+                    now=now,
+                    future_tolerance=timedelta(seconds=limits.future_tolerance_s),
+                )
                 receipt, replayed = await hub.store.seed(
                     topic,
                     seed_plan,
@@ -254,7 +259,7 @@ def build_app(hub: Hub) -> Starlette:
         headers["Cache-Control"] = (
             "public, max-age=31536000, immutable" if served.immutable else "no-cache"
         )
-        if served.etag in _etags(request.headers.get("if-none-match")):
+        if _not_modified(request, served):
             return Response(status_code=304, headers=headers)
         return Response(served.body, media_type=XML, headers=headers)
 
@@ -366,6 +371,22 @@ def build_app(hub: Hub) -> Starlette:
             await hub.stop()
 
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _not_modified(request: Request, served: Served) -> bool:
+    """RFC 9110 §13.1: If-None-Match decides when present; else If-Modified-Since."""
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None:
+        return served.etag in _etags(if_none_match) or if_none_match.strip() == "*"
+    since = request.headers.get("if-modified-since")
+    if since is None or served.last_modified is None:
+        return False
+    try:
+        moment = parsedate_to_datetime(since)
+    except (TypeError, ValueError):
+        return False
+    # HTTP dates have whole seconds.
+    return served.last_modified.replace(microsecond=0) <= moment
 
 
 def _etags(header: str | None) -> set[str]:

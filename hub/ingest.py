@@ -263,7 +263,13 @@ def _state_entry(entry: Entry, moment: datetime) -> Entry:
     )
 
 
-def plan_seed(document: Document, *, max_entries: int) -> SeedPlan:
+def plan_seed(
+    document: Document,
+    *,
+    max_entries: int,
+    now: datetime | None = None,
+    future_tolerance: timedelta = timedelta(0),
+) -> SeedPlan:
     """Check a posted Resource List (the topic's baseline) and turn it into state."""
     if document.capability != Capability.RESOURCELIST or document.is_index:
         raise IngestError(
@@ -279,6 +285,14 @@ def plan_seed(document: Document, *, max_entries: int) -> SeedPlan:
     _reject_violations(document, frozenset())
     at = document.md.at
     assert at is not None  # validate() reports time-at-missing as an error
+    if now is not None and at > now + future_tolerance:
+        # A future `at` would make every real change until then "go backwards".
+        raise IngestError(
+            400,
+            "future-change-time",
+            f"the Resource List's at {at.isoformat()} is more than "
+            f"{future_tolerance.total_seconds():.0f} s ahead of the hub's clock",
+        )
     state: dict[str, str] = {}
     for entry in document.entries:
         state[entry.loc] = serialise_entry(_state_entry(entry, entry.lastmod or at))

@@ -127,8 +127,8 @@ async def cancel_and_wait(task: asyncio.Task[None]) -> None:
     """Cancel ``task`` and wait until it has ended.
 
     One ``cancel()`` is not always enough: a cancellation that lands inside a redis-py command
-    can be absorbed by the client's own cleanup, leaving the task running. Cancel again until
-    it is done (measured: tests/hub/test_rotation.py)."""
+    can come out as a connection error, which a retrying loop survives. Callers also set a
+    stop flag the loop checks; cancel until the task is done (tests/hub/test_rotation.py)."""
     while not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=0.1)
@@ -160,6 +160,7 @@ class Rotator:
         self.rotations = 0
         self.on_closed = on_closed
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def round(self, now: datetime) -> list[ClosedList]:
         closed = []
@@ -185,10 +186,14 @@ class Rotator:
         return closed
 
     async def run(self) -> None:
-        while True:
+        # The flag, not only cancellation, ends the loop: redis-py may turn a cancellation
+        # that lands inside a command into a connection error, which the loop survives.
+        while not self._stopping:
             try:
                 await self.round(datetime.now(UTC))
             except Exception:  # keep rotating after a transient Redis failure
+                if self._stopping:
+                    return
                 log.exception("rotation round failed")
             await asyncio.sleep(self.interval_s)
 
@@ -196,9 +201,12 @@ class Rotator:
         self._task = asyncio.create_task(self.run(), name="rspush-rotation")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
-        for topic in self.topics:
-            with contextlib.suppress(Exception):
-                await self.store.release_lease(topic, self.token)
+        # Best effort: an unreleased lease expires by itself after lease_ttl_s.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                for topic in self.topics:
+                    await self.store.release_lease(topic, self.token)

@@ -103,6 +103,7 @@ class TopicFeed:
         self.on_sent = on_sent
         self.on_slow = on_slow
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.ready = asyncio.Event()
 
     async def start(self) -> None:
@@ -114,18 +115,21 @@ class TopicFeed:
         self._task = asyncio.create_task(self._run(), name=f"rspush-feed-{self.topic}")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:
         self.ready.set()
-        while True:
+        while not self._stopping:
             try:
                 reply: Any = await self.redis.xread(
                     {self.keys.stream: str(self.last)}, count=MAX_BATCH, block=BLOCK_MS
                 )
             except RedisError:
+                if self._stopping:
+                    return
                 log.exception("feed %s: XREAD failed; retrying", self.topic)
                 await asyncio.sleep(0.5)
                 continue
