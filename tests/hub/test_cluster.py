@@ -21,6 +21,7 @@ from hub.push.protocol import TopicRequest
 from hub.server import bind, running_hub
 from resourcesync import parse_document, validate
 from subscriber.push import Change, push_changes
+from tests.conftest import TIMEOUT_SCALE
 from tests.hub.conftest import auth, change_fragment, make_settings
 
 NODES = 3
@@ -75,7 +76,7 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports), "--cluster-yes"],
             check=True,
             capture_output=True,
-            timeout=60,
+            timeout=120 * TIMEOUT_SCALE,
         )
         _wait(
             lambda: (
@@ -90,8 +91,8 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.wait(timeout=20)
 
 
-def _wait(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+def _wait(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
     while True:
         try:
             if predicate():
@@ -103,7 +104,7 @@ def _wait(predicate, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)
 async def test_ingest_documents_and_push_on_a_cluster(cluster_url: str) -> None:
     sock = bind("127.0.0.1", 0)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
