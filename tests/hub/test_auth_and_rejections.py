@@ -35,12 +35,15 @@ def resource_list(*locs: str, at: datetime) -> bytes:
 
 
 async def snapshot(redis_url: str, prefix: str) -> dict[str, tuple[str, Any]]:
-    """TYPE and content of every key under ``prefix`` (TTLs left out: the lease renews)."""
+    """TYPE and content of every key under ``prefix``. Left out: TTLs, and the rotation
+    lease, which the rotator renews (or loses, on a stalled loop) on its own schedule."""
     client = Redis.from_url(redis_url)
     try:
         dump: dict[str, tuple[str, Any]] = {}
         async for raw in client.scan_iter(match=f"{prefix}:*", count=1000):
             key = raw.decode()
+            if key.endswith(":lease"):
+                continue
             kind = (await client.type(raw)).decode()
             value: Any
             if kind == "stream":

@@ -42,9 +42,12 @@ def _free_ports(count: int) -> list[int]:
 def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = server_binary()
     cli = binary.with_name("valkey-cli")
-    ports = _free_ports(NODES)
+    # Each node needs a client port and a cluster-bus port; by default the bus is port+10000,
+    # which overflows for ephemeral ports above 55535, so both are chosen explicitly.
+    chosen = _free_ports(2 * NODES)
+    ports, bus_ports = chosen[:NODES], chosen[NODES:]
     processes = []
-    for port in ports:
+    for port, bus_port in zip(ports, bus_ports, strict=True):
         folder: Path = tmp_path_factory.mktemp(f"node{port}")
         processes.append(
             subprocess.Popen(
@@ -56,6 +59,8 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     "127.0.0.1",
                     "--cluster-enabled",
                     "yes",
+                    "--cluster-port",
+                    str(bus_port),
                     "--cluster-config-file",
                     "nodes.conf",
                     "--save",

@@ -270,6 +270,8 @@ async def dump(redis_url: str, prefix: str) -> dict[bytes, Any]:
     try:
         out: dict[bytes, Any] = {}
         async for key in redis.scan_iter(match=f"{prefix}:*"):
+            if key.endswith(b":lease"):  # renewed by the rotator on its own schedule
+                continue
             kind = (await redis.type(key)).decode()
             reader = {
                 "stream": lambda k: redis.xrange(k),
