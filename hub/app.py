@@ -44,6 +44,7 @@ from .store import TopicStore
 
 XML = "application/xml"
 STAMP_RETRIES = 5
+SETTLE = timedelta(seconds=1)
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel\s*=\s*"?([^";,]+)"?')
 
@@ -254,7 +255,7 @@ def build_app(hub: Hub) -> Starlette:
             links.append(f'<{hub.push_url}>; rel="{PUSH_REL}"')
         if links:
             headers["Link"] = ", ".join(links)
-        if served.last_modified is not None:
+        if served.last_modified is not None and _settled(served.last_modified):
             headers["Last-Modified"] = format_datetime(served.last_modified, usegmt=True)
         headers["Cache-Control"] = (
             "public, max-age=31536000, immutable" if served.immutable else "no-cache"
@@ -385,8 +386,15 @@ def _not_modified(request: Request, served: Served) -> bool:
         moment = parsedate_to_datetime(since)
     except (TypeError, ValueError):
         return False
-    # HTTP dates have whole seconds.
-    return served.last_modified.replace(microsecond=0) <= moment
+    # HTTP dates have whole seconds; a Last-Modified is only ever sent once its second is
+    # over (_settled), so no later change can share the second it names.
+    return _settled(served.last_modified) and served.last_modified.replace(microsecond=0) <= moment
+
+
+def _settled(modified: datetime) -> bool:
+    """True once the whole second of ``modified`` has passed. Versions are stamped by the
+    Redis server's clock: with a remote Redis, keep the two clocks in sync (NTP)."""
+    return datetime.now(UTC) - modified.replace(microsecond=0) >= SETTLE
 
 
 def _etags(header: str | None) -> set[str]:

@@ -84,7 +84,9 @@ class DocumentService:
         body = m.change_list(
             urls, start=from_us(start_us), until=None, fragments=(e.xml for e in entries)
         )
-        last = from_us(meta.last_us) if meta.last_us else None
+        # Last-Modified is the hub's clock at the last version change (appends and rotations
+        # both move it), not a Source's change time.
+        last = from_us(meta.modified_us) if meta.modified_us else None
         served = Served(body, f'"{meta.etag_base}-open"', last)
         self._cache[key] = (meta.etag_base, served)
         return served
@@ -138,7 +140,7 @@ class DocumentService:
             # at: every change accepted up to the topic's last change time is reflected.
             at_us = meta.last_us or meta.state_at_us or meta.created_us or 0
             main, parts = m.resource_list(urls, at=from_us(at_us), state=state)
-            modified = from_us(at_us) if at_us else None
+            modified = from_us(meta.modified_us) if meta.modified_us else None
             documents = {-1: main, **parts}
             self._cache[key] = (meta.etag_base, documents)
             self._modified[key] = modified

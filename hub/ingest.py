@@ -133,9 +133,17 @@ def parse_fragment(body: bytes, *, max_bytes: int) -> Document:
         raise IngestError(status, _error_code(exc), str(exc)) from exc
 
 
+_ERROR_CODES = {
+    "UnsafeXMLError": "unsafe-xml",
+    "DocumentTooLargeError": "document-too-large",
+    "MalformedXMLError": "malformed-xml",
+    "WrongNamespaceError": "wrong-namespace",
+    "NotResourceSyncError": "not-resourcesync",
+}
+
+
 def _error_code(exc: DocumentError) -> str:
-    name = type(exc).__name__.removesuffix("Error")
-    return "".join("-" + c.lower() if c.isupper() else c for c in name).lstrip("-")
+    return _ERROR_CODES.get(type(exc).__name__, "invalid-document")
 
 
 def _reject_violations(document: Document, relaxed: frozenset[str]) -> None:

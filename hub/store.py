@@ -19,11 +19,20 @@ from redis.asyncio import Redis
 from .ingest import IngestError, IngestPlan, SeedPlan, from_us
 from .keys import TopicKeys
 
+# Last-Modified of the documents: the Redis server's clock, the same for every hub process.
+_SERVER_NOW = """
+local function server_now()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))  -- exact: no float formatting
+end
+"""
+
 # KEYS: stream, meta, state, idempotency (or the meta key again when there is none)
 # ARGV: n, has_idem, idem_ttl, epoch_candidate, now_us, then n x (time_us, loc, change,
 #       entry_xml, state_xml, entry_json)
 _APPEND = """
 local stream, meta, state, idem = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+{SERVER_NOW}
 local n = tonumber(ARGV[1])
 if ARGV[2] == '1' then
   local seen = redis.call('GET', idem)
@@ -53,6 +62,7 @@ end
 redis.call('HSET', meta, 'last_t', ARGV[6 + (n - 1) * 6])
 redis.call('HINCRBY', meta, 'open_count', n)
 redis.call('HINCRBY', meta, 'version', 1)
+redis.call('HSET', meta, 'modified', server_now())
 local epoch = redis.call('HGET', meta, 'epoch')
 local receipt = cjson.encode({accepted = n, first = first_id, last = last_id, epoch = epoch})
 if ARGV[2] == '1' then redis.call('SET', idem, receipt, 'EX', tonumber(ARGV[3])) end
@@ -63,6 +73,7 @@ return {'ok', receipt}
 #       then pairs loc, xml
 _SEED = """
 local meta, state, idem = KEYS[1], KEYS[2], KEYS[3]
+{SERVER_NOW}
 if ARGV[1] == '1' then
   local seen = redis.call('GET', idem)
   if seen then return {'dup', seen} end
@@ -81,6 +92,7 @@ end
 redis.call('HSET', meta, 'last_t', ARGV[5], 'state_at', ARGV[5])
 redis.call('HSETNX', meta, 'open_from', ARGV[5])
 redis.call('HINCRBY', meta, 'version', 1)
+redis.call('HSET', meta, 'modified', server_now())
 local epoch = redis.call('HGET', meta, 'epoch')
 local receipt = cjson.encode({seeded = count, at = ARGV[5], epoch = epoch})
 if ARGV[1] == '1' then redis.call('SET', idem, receipt, 'EX', tonumber(ARGV[2])) end
@@ -92,6 +104,7 @@ return {'ok', receipt}
 #       now_us
 _ROTATE = """
 local meta, closed, closed_n, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+{SERVER_NOW}
 if redis.call('GET', lease) ~= ARGV[1] then return 'lost-lease' end
 if (redis.call('HGET', meta, 'open_start') or '0-0') ~= ARGV[2] then return 'moved' end
 if redis.call('LLEN', closed) ~= tonumber(ARGV[8]) then return 'moved' end
@@ -103,6 +116,7 @@ local left = redis.call('HINCRBY', meta, 'open_count', -tonumber(ARGV[5]))
 if left > 0 then redis.call('HSET', meta, 'open_since', ARGV[9])
 else redis.call('HDEL', meta, 'open_since') end
 redis.call('HINCRBY', meta, 'version', 1)
+redis.call('HSET', meta, 'modified', server_now())
 return 'ok'
 """
 
@@ -153,6 +167,8 @@ class TopicMeta:
     open_count: int
     version: int
     state_at_us: int | None
+    modified_us: int | None = None
+    """Hub clock at the last change of version (append, seed, rotation): Last-Modified."""
 
     @property
     def etag_base(self) -> str:
@@ -214,6 +230,7 @@ def _meta(raw: Any) -> TopicMeta:
         open_count=int(values.get("open_count", 0)),
         version=int(values.get("version", 0)),
         state_at_us=_int(values.get("state_at")),
+        modified_us=_int(values.get("modified")),
     )
 
 
@@ -223,9 +240,9 @@ class TopicStore:
     def __init__(self, redis: Redis, *, prefix: str = "rs") -> None:
         self.redis = redis
         self.prefix = prefix
-        self._append = redis.register_script(_APPEND)
-        self._seed = redis.register_script(_SEED)
-        self._rotate = redis.register_script(_ROTATE)
+        self._append = redis.register_script(_APPEND.replace("{SERVER_NOW}", _SERVER_NOW))
+        self._seed = redis.register_script(_SEED.replace("{SERVER_NOW}", _SERVER_NOW))
+        self._rotate = redis.register_script(_ROTATE.replace("{SERVER_NOW}", _SERVER_NOW))
         self._lease = redis.register_script(_LEASE)
         self._snapshot = redis.register_script(_SNAPSHOT)
         self._trim = redis.register_script(_TRIM)

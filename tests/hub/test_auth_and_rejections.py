@@ -40,11 +40,12 @@ async def snapshot(redis_url: str, prefix: str) -> dict[str, tuple[str, Any]]:
     client = Redis.from_url(redis_url)
     try:
         dump: dict[str, tuple[str, Any]] = {}
+        raw: Any
         async for raw in client.scan_iter(match=f"{prefix}:*", count=1000):
             key = raw.decode()
             if key.endswith(":lease"):
                 continue
-            kind = (await client.type(raw)).decode()
+            kind = (await client.type(raw)).decode()  # type: ignore[union-attr]
             value: Any
             if kind == "stream":
                 info = await client.xinfo_stream(raw)
@@ -380,7 +381,7 @@ REJECTIONS: list[Case] = [
         ),
         {},
         400,
-        "not-resource-sync",
+        "not-resourcesync",
         None,
     ),
     (

@@ -128,7 +128,7 @@ async def test_concurrent_posters_keep_every_list_in_order(
             open_list = parse_document(
                 (await client.get("/topics/dataset1/changelist.xml")).content
             )
-            return (
+            return bool(
                 len(archive.entries) == total // per_list
                 and len(open_list.entries) == total % per_list
             )
@@ -200,7 +200,7 @@ async def test_concurrent_posts_without_times_are_all_accepted(
     assert [status for status, _ in results] == [202] * posters * posts_each, results
     _, doc = await fetch(client, "/topics/dataset1/changelist.xml")
     assert len(doc.entries) == posters * posts_each * 3
-    stamps = [e.md.datetime for e in doc.entries if e.md is not None]
+    stamps = [e.md.datetime for e in doc.entries if e.md is not None and e.md.datetime]
     assert len(stamps) == len(doc.entries)
     assert stamps == sorted(stamps)
     assert all(before - timedelta(seconds=1) <= t <= after + timedelta(seconds=1) for t in stamps)
@@ -269,17 +269,21 @@ async def dump(redis_url: str, prefix: str) -> dict[bytes, Any]:
     redis = Redis.from_url(redis_url)
     try:
         out: dict[bytes, Any] = {}
+        key: Any
         async for key in redis.scan_iter(match=f"{prefix}:*"):
             if key.endswith(b":lease"):  # renewed by the rotator on its own schedule
                 continue
-            kind = (await redis.type(key)).decode()
-            reader = {
-                "stream": lambda k: redis.xrange(k),
-                "hash": lambda k: redis.hgetall(k),
-                "list": lambda k: redis.lrange(k, 0, -1),
-                "string": lambda k: redis.get(k),
-            }[kind]
-            out[key] = (kind, await reader(key))
+            kind: Any = await redis.type(key)
+            value: Any
+            if kind == b"stream":
+                value = await redis.xrange(key)
+            elif kind == b"hash":
+                value = await redis.hgetall(key)
+            elif kind == b"list":
+                value = await redis.lrange(key, 0, -1)
+            else:
+                value = await redis.get(key)
+            out[key] = (kind, value)
         return out
     finally:
         await redis.aclose()

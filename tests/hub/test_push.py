@@ -383,6 +383,44 @@ async def test_one_connection_several_topics(hub: RunningHub, client: httpx.Asyn
         assert_contiguous(sub.frames_of("dataset2"))
 
 
+def _metric(text: str, name: str, topic: str = "dataset1") -> float:
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{topic="{topic}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} for {topic} in /metrics")
+
+
+async def test_push_metrics(hub: RunningHub, client: httpx.AsyncClient) -> None:
+    assert hub.push_url is not None
+    times = Times()
+    async with subscribed(hub.push_url) as one, subscribed(hub.push_url, fmt="xml") as two:
+        metrics = (await client.get("/metrics")).text
+        assert _metric(metrics, "rspush_push_subscribers") == 2
+        await post(client, batch(times, "m", 3))
+        await eventually(lambda: len(one.changes()) == 3 and len(two.changes()) == 3)
+        metrics = (await client.get("/metrics")).text
+        assert _metric(metrics, "rspush_push_changes_sent_total") == 6
+        assert _metric(metrics, "rspush_push_frames_sent_total") == len(one.frames) + len(
+            two.frames
+        )
+        assert _metric(metrics, "rspush_push_lag_seconds_count") >= 1
+        assert _metric(metrics, "rspush_push_slow_consumer_closes_total") == 0
+    await eventually(lambda: not hub.push or not hub.push.feeds["dataset1"].subscriptions)
+    metrics = (await client.get("/metrics")).text
+    assert _metric(metrics, "rspush_push_subscribers") == 0
+
+
+async def test_push_connections_send_without_delay(hub: RunningHub) -> None:
+    """Frames go out at once: the hub's sockets disable Nagle's algorithm (TCP_NODELAY), or a
+    frame sent while the previous one is unacknowledged waits for the peer's delayed ACK
+    (~40 ms on Linux), far over the latency the push channel promises."""
+    assert hub.push_url is not None and hub.push is not None
+    async with subscribed(hub.push_url):
+        [connection] = list(hub.push._server.connections)
+        sock = connection.transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
 # --- replay then live --------------------------------------------------------------------
 
 
@@ -940,20 +978,3 @@ async def test_shutdown_closes_with_resume_positions(hub_factory: HubFactory) ->
             "position": receipt["last"],
         }
     ]
-
-
-@pytest.fixture(autouse=True)
-async def _watchdog(request):
-    async def dump():
-        await asyncio.sleep(12)
-        import os
-
-        with open(f"/tmp/watchdog-{os.getpid()}.txt", "a") as out:
-            print("TEST", request.node.name, file=out)
-            for task in asyncio.all_tasks():
-                print("TASK", task, file=out)
-                task.print_stack(file=out)
-
-    t = asyncio.create_task(dump())
-    yield
-    t.cancel()

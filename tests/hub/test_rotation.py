@@ -8,7 +8,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -271,7 +272,7 @@ async def test_retention_trims_only_what_is_in_closed_lists(
             # The stream holds only the open list; the closed lists still hold the rest.
             assert [e.loc for e in open_list.entries] == [loc for loc, _ in posted[10:]]
             assert changes_of([*closed, open_list]) == posted
-            rows = await redis.xrange(stream)
+            rows: Any = await redis.xrange(stream)
             assert [row[1][b"loc"].decode() for row in rows] == [loc for loc, _ in posted[10:]]
 
             posted += await post_changes(client, clock, [3], tag="t")
@@ -288,6 +289,25 @@ async def test_retention_trims_only_what_is_in_closed_lists(
         await redis.aclose()
 
 
+async def last_modified(client: httpx.AsyncClient, url: str) -> str:
+    """The Last-Modified of ``url`` once it has one (a hub may leave it out while the
+    document changed within the current second: HTTP dates have whole seconds)."""
+    found: list[str] = []
+
+    async def has_it() -> bool:
+        reply = await client.get(url)
+        assert reply.status_code == 200
+        if "last-modified" in reply.headers:
+            found.append(reply.headers["last-modified"])
+            # RFC 9110 §8.8.2.1: never later than the response's own Date.
+            sent = parsedate_to_datetime(reply.headers["date"])
+            assert parsedate_to_datetime(found[-1]) <= sent
+        return bool(found)
+
+    await eventually(has_it, what=f"a Last-Modified on {url}")
+    return found[-1]
+
+
 async def test_open_list_and_resource_list_answer_if_modified_since(
     hub: RunningHub, client: httpx.AsyncClient
 ) -> None:
@@ -296,9 +316,7 @@ async def test_open_list_and_resource_list_answer_if_modified_since(
     body = change_fragment(("http://example.com/a", "created", iso(when)))
     assert (await client.post(f"{TOPIC}/changes", content=body, headers=auth())).is_success
     for url in (f"{TOPIC}/resourcelist.xml", f"{TOPIC}/changelist.xml"):
-        first = await client.get(url)
-        modified = first.headers["last-modified"]
-        assert modified == format_datetime(when, usegmt=True)
+        modified = await last_modified(client, url)
         cached = await client.get(url, headers={"If-Modified-Since": modified})
         assert cached.status_code == 304, url
         # If-None-Match wins over If-Modified-Since (RFC 9110 §13.1.3).
@@ -311,6 +329,50 @@ async def test_open_list_and_resource_list_answer_if_modified_since(
     for url in (f"{TOPIC}/resourcelist.xml", f"{TOPIC}/changelist.xml"):
         reply = await client.get(url, headers={"If-Modified-Since": format_datetime(when, True)})
         assert reply.status_code == 200, url
+
+
+async def test_if_modified_since_never_hides_a_change_in_the_same_second(
+    hub: RunningHub, client: httpx.AsyncClient
+) -> None:
+    """Change times have microseconds, HTTP dates whole seconds: a second change within the
+    second of the first must not be answered 304 to a client holding the first version."""
+    first = (datetime.now(UTC) - timedelta(seconds=10)).replace(microsecond=100_000)
+    body = change_fragment(("http://example.com/a", "created", iso(first)))
+    assert (await client.post(f"{TOPIC}/changes", content=body, headers=auth())).is_success
+    held = {
+        url: await last_modified(client, url)
+        for url in (f"{TOPIC}/resourcelist.xml", f"{TOPIC}/changelist.xml")
+    }
+    second = first + timedelta(milliseconds=500)
+    body = change_fragment(("http://example.com/b", "created", iso(second)))
+    assert (await client.post(f"{TOPIC}/changes", content=body, headers=auth())).is_success
+    for url, modified in held.items():
+        reply = await client.get(url, headers={"If-Modified-Since": modified})
+        assert reply.status_code == 200, (url, modified)
+        assert b"http://example.com/b" in reply.content
+
+
+@pytest.mark.timeout(60)
+async def test_if_modified_since_sees_a_rotation(hub_factory: HubFactory) -> None:
+    """Closing the open Change List changes it (its entries move to the archive, its from
+    moves on) without any new change: a client holding the old one must not get 304."""
+    async with (
+        hub_factory(changelist_max_age_s=1.5) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as client,
+    ):
+        await post_changes(client, Clock(), [2])
+        modified = await last_modified(client, f"{TOPIC}/changelist.xml")
+        held = await client.get(f"{TOPIC}/changelist.xml")
+        assert len(parse_document(held.content).entries) == 2
+        assert await archive_size(client) == 0, "rotated before the test could look"
+
+        async def rotated() -> bool:
+            return await archive_size(client) == 1
+
+        await eventually(rotated, what="the open list to close by age")
+        reply = await client.get(f"{TOPIC}/changelist.xml", headers={"If-Modified-Since": modified})
+        assert reply.status_code == 200
+        assert parse_document(reply.content).entries == ()
 
 
 @pytest.mark.timeout(60)

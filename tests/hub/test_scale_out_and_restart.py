@@ -148,7 +148,7 @@ async def closed_numbers(redis: Redis, prefix: str) -> list[int]:
 
 
 async def lease_holder(redis: Redis, prefix: str) -> str | None:
-    value = await redis.get(f"{prefix}:{{dataset1}}:lease")
+    value: Any = await redis.get(f"{prefix}:{{dataset1}}:lease")
     return None if value is None else value.decode()
 
 
@@ -477,11 +477,13 @@ async def test_a_crashed_redis_loses_nothing_acknowledged(tmp_path: Path) -> Non
             # The receipts' stream positions and epoch survived too.
             redis = Redis.from_url(url)
             try:
-                meta = await redis.hgetall(f"{prefix}:{{dataset1}}:meta")
+                meta: Any = await redis.hgetall(f"{prefix}:{{dataset1}}:meta")
                 assert {r["epoch"] for r, _ in acked} == {meta[b"epoch"].decode()}
                 stream = f"{prefix}:{{dataset1}}:changes"
                 for receipt, locs in acked:
-                    rows = await redis.xrange(stream, min=receipt["first"], max=receipt["last"])
+                    rows: Any = await redis.xrange(
+                        stream, min=receipt["first"], max=receipt["last"]
+                    )
                     assert [row[1][b"loc"].decode() for row in rows] == locs
             finally:
                 await redis.aclose()
