@@ -58,6 +58,7 @@ class Hub:
         self.redis = redis
         self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.metrics = HubMetrics()
+        self.metrics.declare_topics([t.name for t in settings.topics])
         names = [t.name for t in settings.topics]
         self.documents = DocumentService(
             self.store,

@@ -71,6 +71,16 @@ class HubMetrics:
             registry=self.registry,
         )
 
+    def declare_topics(self, topics: list[str]) -> None:
+        """Export every per-topic series from the start (at 0), not from its first event."""
+        for topic in topics:
+            self.accepted.labels(topic)
+            self.rotations.labels(topic)
+            self.subscribers.labels(topic).set(0)
+            self.changes_sent.labels(topic)
+            self.frames_sent.labels(topic)
+            self.slow_closes.labels(topic)
+
     def sent(self, topic: str, subscribers: int, changes: int, lag_s: float) -> None:
         self.frames_sent.labels(topic).inc(subscribers)
         self.changes_sent.labels(topic).inc(subscribers * changes)

@@ -220,16 +220,16 @@ class PushServer:
             format=fmt,
             last_sent=feed.last if start is None else start,
             until=feed.last_until if start is None else None,
-            live=start is None,
         )
-        feed.subscriptions.add(sub)  # from here on, live batches queue in sub.pending
+        # From here on live batches queue in sub.pending: nothing is sent before the
+        # "subscribed" message, and nothing after the position it names is missed.
+        feed.subscriptions.add(sub)
         await connection.send(
             control("subscribed", topic=topic, epoch=epoch, position=str(sub.last_sent))
         )
-        if start is not None:
-            if sub.until is None:
-                sub.until = await self._time_at(keys, start) or since
-            await self._replay(connection, feed, sub)
+        if sub.until is None and start is not None:
+            sub.until = await self._time_at(keys, start) or since
+        await self._replay(connection, feed, sub)
         return sub
 
     async def _replay(
