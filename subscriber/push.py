@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed
 
 from hub.push.protocol import PROTOCOL_VERSION, RSPUSH_NS, CloseCode, TopicRequest
 from resourcesync import parse_document
+from resourcesync.w3cdt import format_w3c_datetime
 
 
 class PushError(Exception):
@@ -122,17 +123,24 @@ def _from_xml(frame: str | bytes) -> list[Change]:
     for entry in document.entries:
         md = entry.md
         assert md is not None and md.datetime is not None
+        # The same fields, in the same form, as the hub's JSON frames (docs/protocol.md).
         item: dict[str, Any] = {
             "position": md.extra.get(f"{{{RSPUSH_NS}}}position", ""),
             "loc": entry.loc,
             "change": md.change,
-            "datetime": md.datetime.isoformat().replace("+00:00", "Z"),
+            "datetime": format_w3c_datetime(md.datetime),
         }
+        if entry.lastmod is not None:
+            item["lastmod"] = format_w3c_datetime(entry.lastmod)
         if md.hash:
             item["hash"] = " ".join(str(h) for h in md.hash)
-        for name in ("length", "type"):
+        for name in ("length", "type", "encoding"):
             if getattr(md, name) is not None:
                 item[name] = getattr(md, name)
+        if entry.links:
+            item["links"] = [
+                link.model_dump(mode="json", exclude_defaults=True) for link in entry.links
+            ]
         changes.append(
             Change(
                 topic, epoch, item["position"], entry.loc, str(md.change), item["datetime"], item
