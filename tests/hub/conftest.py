@@ -3,11 +3,14 @@ the hub runs, or RSPUSH_TEST_REDIS_URL), a fresh key prefix per test, real hubs 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -17,6 +20,7 @@ import redis
 from hub.embedded import EmbeddedRedis
 from hub.server import RunningHub, bind, running_hub
 from hub.settings import Limits, Settings, Source, Topic
+from tests.conftest import TIMEOUT_SCALE
 
 TOKEN_A = "token-of-source-a"
 TOKEN_B = "token-of-source-b"
@@ -123,3 +127,18 @@ def spec_dir() -> Path:
     from tests.conftest import _find_spec
 
     return _find_spec()
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[bool]], timeout: float = 10, what: str = "condition"
+) -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` (scaled) seconds."""
+    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)

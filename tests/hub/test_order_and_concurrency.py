@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,28 +17,12 @@ from redis.asyncio import Redis
 from hub.server import RunningHub
 from resourcesync import Document, DocumentType, Entry, parse_document, validate
 from resourcesync.schema import schema_errors
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import HubFactory, auth, change_fragment
+from tests.hub.conftest import HubFactory, auth, change_fragment, eventually, iso
 
 RS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
     'xmlns:rs="http://www.openarchives.org/rs/terms/"'
 )
-
-
-def iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], timeout: float = 10, what: str = "condition"
-) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` (scaled) seconds."""
-    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def fetch(client: httpx.AsyncClient, url: str) -> tuple[bytes, Document]:

@@ -11,7 +11,7 @@ import inspect
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from hub.push.protocol import PUSH_REL, RSPUSH_NS, CloseCode
+from hub.push.protocol import PUSH_REL, RSPUSH_NS, CloseCode, TopicRequest
 from hub.server import RunningHub, bind, running_hub
 from hub.settings import Settings, Subscriber, Topic
 from resourcesync import Capability, DocumentType, parse_document, validate
@@ -253,6 +253,18 @@ def assert_increasing(positions: list[str]) -> None:
     assert all(a < b for a, b in zip(keys, keys[1:], strict=False)), positions
 
 
+async def collect(url: str, topics: list[TopicRequest], count: int, **options: Any) -> list[Change]:
+    """The first ``count`` changes :func:`push_changes` yields (then it is closed)."""
+    got: list[Change] = []
+    async with aclosing(push_changes(url, topics, **options)) as items, asyncio.timeout(10):
+        async for item in items:
+            if isinstance(item, Change):
+                got.append(item)
+                if len(got) == count:
+                    break
+    return got
+
+
 @pytest.fixture
 async def redis(redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_url)
@@ -311,6 +323,9 @@ async def test_live_changes_reach_a_subscriber(hub: RunningHub, client: httpx.As
     times = Times()
     earlier = batch(times, "before", 2)
     before = await post(client, earlier)
+    assert hub.push is not None
+    feed = hub.push.feeds["dataset1"]
+    await eventually(lambda: str(feed.last) == before["last"], what="the feed read them")
     async with subscribed(hub.push_url) as sub:
         [ack] = sub.control("subscribed")
         assert ack["topic"] == "dataset1"
@@ -395,7 +410,10 @@ def _metric(text: str, name: str, topic: str = "dataset1", default: float | None
 async def test_push_metrics(hub: RunningHub, client: httpx.AsyncClient) -> None:
     assert hub.push_url is not None
     times = Times()
+    assert hub.push is not None
+    feed = hub.push.feeds["dataset1"]
     async with subscribed(hub.push_url) as one, subscribed(hub.push_url, fmt="xml") as two:
+        await eventually(lambda: all(s.live for s in feed.subscriptions), what="live")
         metrics = (await client.get("/metrics")).text
         assert _metric(metrics, "rspush_push_subscribers") == 2
         await post(client, batch(times, "m", 3))
@@ -407,7 +425,7 @@ async def test_push_metrics(hub: RunningHub, client: httpx.AsyncClient) -> None:
         )
         assert _metric(metrics, "rspush_push_lag_seconds_count") >= 1
         assert _metric(metrics, "rspush_push_slow_consumer_closes_total", default=0) == 0
-    await eventually(lambda: not hub.push or not hub.push.feeds["dataset1"].subscriptions)
+    await eventually(lambda: not feed.subscriptions, what="unsubscribed")
     metrics = (await client.get("/metrics")).text
     assert _metric(metrics, "rspush_push_subscribers") == 0
 
@@ -556,25 +574,10 @@ async def test_resume_by_position_is_exclusive(hub: RunningHub, client: httpx.As
         assert [c["loc"] for c in sub.changes()] == [loc for loc, _, _ in more]
 
     # Through the client library, without an epoch.
-    got: list[Change] = []
-    with pytest.raises(PushError):
-        async with asyncio.timeout(2):
-            async for item in push_changes(
-                hub.push_url, [_request("dataset1", position=positions[3])]
-            ):
-                if isinstance(item, Change):
-                    got.append(item)
-                    if len(got) == 3:
-                        raise PushError("enough")
+    got = await collect(hub.push_url, [TopicRequest(topic="dataset1", position=positions[3])], 3)
     assert [c.loc for c in got] == [sent[4][0], more[0][0], more[1][0]]
     assert got[0].position == positions[4]
     assert got[0].epoch == receipt["epoch"] and got[0].topic == "dataset1"
-
-
-def _request(topic: str, **fields: str) -> Any:
-    from hub.push.protocol import TopicRequest
-
-    return TopicRequest(topic=topic, **fields)
 
 
 async def test_resume_by_datetime_is_inclusive(hub: RunningHub, client: httpx.AsyncClient) -> None:
@@ -592,18 +595,19 @@ async def test_resume_by_datetime_is_inclusive(hub: RunningHub, client: httpx.As
     ]
     receipt = await post(client, sent)
 
-    async def since(moment: str) -> list[str]:
+    async def since(moment: str, count: int) -> list[str]:
         async with subscribed(hub.push_url or "", [{"topic": "dataset1", "since": moment}]) as s:
-            await asyncio.sleep(0.1)
+            await eventually(lambda: len(s.changes()) >= count)
+            await asyncio.sleep(0.05)  # and no more
             return [c["loc"] for c in s.changes()]
 
     locs = [loc for loc, _, _ in sent]
-    assert await since(same) == locs[2:]  # at or after: both changes at that time
-    assert await since(t[1]) == locs[1:]
+    assert await since(same, 3) == locs[2:]  # at or after: both changes at that time
+    assert await since(t[1], 4) == locs[1:]
     between = format_w3c_datetime(parse_w3c_datetime(t[1]) + timedelta(milliseconds=500))
-    assert await since(between) == locs[2:]
-    assert await since("2000-01-01T00:00:00Z") == locs
-    assert await since(t[3]) == locs[4:]
+    assert await since(between, 3) == locs[2:]
+    assert await since("2000-01-01T00:00:00Z", 5) == locs
+    assert await since(t[3], 1) == locs[4:]
     later = format_w3c_datetime(parse_w3c_datetime(t[3]) + timedelta(seconds=1))
     async with subscribed(hub.push_url, [{"topic": "dataset1", "since": later}]) as sub:
         [ack] = sub.control("subscribed")
@@ -690,12 +694,50 @@ async def test_history_insufficient_after_trimming(
         # The client library raises a typed error carrying the reply.
         with pytest.raises(HistoryInsufficientError) as caught:
             async for _ in push_changes(
-                running.push_url, [_request("dataset1", position="0-0", epoch=epoch)]
+                running.push_url, [TopicRequest(topic="dataset1", position="0-0", epoch=epoch)]
             ):
                 pass
         assert caught.value.code == 4003
         assert caught.value.info["oldest"] == positions[9]
         assert archive in str(caught.value)
+
+
+@pytest.mark.timeout(60)
+async def test_since_after_every_trimmed_change_is_served_from_the_stream(
+    hub_factory: HubFactory, redis: Redis, prefix: str
+) -> None:
+    """A ``since`` later than every trimmed change needs nothing the stream lost: the hub
+    serves it (docs/protocol.md: history-insufficient only when the resume point is older
+    than the stream holds). A ``since`` at a trimmed change's time does need the archive."""
+    async with (
+        hub_factory(changelist_max_entries=3, retention_s=0) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+    ):
+        assert running.push_url is not None
+        times = Times()
+        sent = batch(times, "t", 4)  # a list of three closes and is trimmed; one stays
+        receipts = [await post(http, [change]) for change in sent]
+
+        async def trimmed() -> bool:
+            return (await meta(redis, prefix)).get("trimmed_through") == receipts[2]["last"]
+
+        await eventually(trimmed, what="stream trimmed")
+        last_trimmed = parse_w3c_datetime(sent[2][2])
+        just_after = format_w3c_datetime(last_trimmed + timedelta(microseconds=500))
+
+        async with subscribed(
+            running.push_url, [{"topic": "dataset1", "since": just_after}], wait=False
+        ) as sub:
+            await eventually(lambda: len(sub.changes()) == 1 or sub.done, what="the last change")
+            assert sub.control("history-insufficient") == [], sub.messages
+            assert [c["loc"] for c in sub.changes()] == [sent[3][0]]
+
+        async with subscribed(
+            running.push_url, [{"topic": "dataset1", "since": sent[2][2]}], wait=False
+        ) as sub:
+            code, _ = await sub.ended()
+            assert code == 4003
+            assert sub.control("history-insufficient")[0]["reason"] == "trimmed"
 
 
 async def test_epoch_mismatch_on_an_untrimmed_stream(
@@ -716,7 +758,7 @@ async def test_epoch_mismatch_on_an_untrimmed_stream(
     with pytest.raises(HistoryInsufficientError) as caught:
         async for _ in push_changes(
             hub.push_url,
-            [_request("dataset1", position=receipt["first"], epoch="feedfacefeedface")],
+            [TopicRequest(topic="dataset1", position=receipt["first"], epoch="feedfacefeedface")],
         ):
             pass
     assert caught.value.info["reason"] == "epoch-changed"
@@ -889,17 +931,10 @@ async def test_private_topics_need_a_token(redis_url: str, prefix: str) -> None:
             ]
         # The client library.
         with pytest.raises(RefusedError, match="unauthorised"):
-            async for _ in push_changes(url, [_request("dataset1")], token="wrong"):
+            async for _ in push_changes(url, [TopicRequest(topic="dataset1")], token="wrong"):
                 pass
-        got: list[Change] = []
-        with pytest.raises(PushError, match="enough"):
-            async for item in push_changes(
-                url, [_request("dataset1", position="0-0")], token=SUBSCRIBER_TOKEN
-            ):
-                if isinstance(item, Change):
-                    got.append(item)
-                    if len(got) == 2:
-                        raise PushError("enough")
+        request = TopicRequest(topic="dataset1", position="0-0")
+        got = await collect(url, [request], 2, token=SUBSCRIBER_TOKEN)
         assert [c.loc for c in got] == [
             "http://example.com/secret/0",
             "http://example.com/secret/1",
@@ -916,7 +951,7 @@ async def test_unknown_topic_and_protocol_errors(hub: RunningHub) -> None:
         {"type": "error", "error": "unknown-topic", "message": reason},
     ]
     with pytest.raises(RefusedError, match="unknown-topic"):
-        async for _ in push_changes(url, [_request("nope")]):
+        async for _ in push_changes(url, [TopicRequest(topic="nope")]):
             pass
 
     for raw in (
@@ -941,7 +976,7 @@ async def test_shutdown_closes_with_resume_positions(hub_factory: HubFactory) ->
 
     async def library(url: str) -> PushError | None:
         try:
-            async for item in push_changes(url, [_request("dataset1")]):
+            async for item in push_changes(url, [TopicRequest(topic="dataset1")]):
                 items.append(item)
         except PushError as exc:
             return exc

@@ -5,7 +5,6 @@ condition with a timeout."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
@@ -22,24 +21,9 @@ from hub.store import TopicStore
 from resourcesync import Document, DocumentType, Entry, parse_document, validate
 from resourcesync.schema import schema_errors
 from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import HubFactory, auth, change_fragment
+from tests.hub.conftest import HubFactory, auth, change_fragment, eventually, iso
 
 TOPIC = "/topics/dataset1"
-
-
-def iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], timeout: float = 10, what: str = "condition"
-) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` (scaled) seconds."""
-    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Clock:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,26 +32,19 @@ from hub.settings import Settings
 from resourcesync import Document, parse_document, validate
 from resourcesync.schema import schema_errors
 from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import TOKEN_A, TOKEN_B, auth, change_fragment, make_settings
+from tests.hub.conftest import (
+    TOKEN_A,
+    TOKEN_B,
+    auth,
+    change_fragment,
+    eventually,
+    iso,
+    make_settings,
+)
 
 TOPIC = "/topics/dataset1"
 PUSH_URL = "ws://127.0.0.1:9/"  # what every hub of one deployment advertises
 LEASE_TTL_S = 1.0  # make_settings
-
-
-def iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], timeout: float = 10, what: str = "condition"
-) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` (scaled) seconds."""
-    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Clock:

@@ -166,7 +166,9 @@ def rich_fragment(times: Times) -> tuple[bytes, list[str]]:
             f"<url><loc>{loc}</loc><lastmod>{when}</lastmod>"
             f'<rs:md change="{"deleted" if i == 3 else "updated"}" datetime="{when}"'
             f' hash="md5:1584abdf8ebdc9802ac0c6a7402c03b6" length="{100 + i}"'
-            f' type="text/html"/></url>'
+            f' type="text/html" encoding="gzip"/>'
+            f'<rs:ln rel="duplicate" href="http://mirror.example.com/rich/{i}"'
+            f' pri="{i + 1}"/></url>'
         )
     body = (
         '<?xml version="1.0" encoding="UTF-8"?>'
@@ -195,6 +197,11 @@ async def test_watch_resumes_from_a_position_or_a_datetime(
         as_json = await watch.lines(4)
     assert [x["loc"] for x in as_json] == locs
     assert as_json[0]["hash"] == "md5:1584abdf8ebdc9802ac0c6a7402c03b6"
+    assert as_json[0]["lastmod"] == as_json[0]["datetime"]
+    assert as_json[0]["encoding"] == "gzip"
+    assert as_json[1]["links"] == [
+        {"rel": "duplicate", "href": "http://mirror.example.com/rich/1", "pri": 2}
+    ]
     assert as_json[-1]["position"] == receipt["last"]
     assert all(x.keys() >= REQUIRED for x in as_json)
 
