@@ -47,13 +47,13 @@ class HubMetrics:
         )
         self.changes_sent = Counter(
             "rspush_push_changes_sent",
-            "Changes sent over the push channel (one per change per subscriber)",
+            "Changes broadcast live (one per change per subscriber; replays not counted)",
             ["topic"],
             registry=self.registry,
         )
         self.frames_sent = Counter(
             "rspush_push_frames_sent",
-            "Push frames sent (one per batch per subscriber)",
+            "Live push frames (one per batch per subscriber; replays not counted)",
             ["topic"],
             registry=self.registry,
         )

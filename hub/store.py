@@ -126,11 +126,14 @@ _SNAPSHOT = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
 """
 
-# KEYS: stream, meta; ARGV: minid. Trim, remembering the last id removed.
+# KEYS: stream, meta; ARGV: minid. Trim, remembering the last id removed and its time.
 _TRIM = """
 local last = redis.call('XREVRANGE', KEYS[1], '(' .. ARGV[1], '-', 'COUNT', 1)
 if #last == 0 then return 0 end
-redis.call('HSET', KEYS[2], 'trimmed_through', last[1][1])
+local fields = last[1][2]
+local t = '0'
+for i = 1, #fields, 2 do if fields[i] == 't' then t = fields[i + 1] end end
+redis.call('HSET', KEYS[2], 'trimmed_through', last[1][1], 'trimmed_through_t', t)
 return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
 """
 

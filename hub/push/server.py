@@ -191,6 +191,7 @@ class PushServer:
         epoch = meta.get("epoch", "")
         feed.epoch = feed.epoch or epoch
         trimmed = Position.parse(meta["trimmed_through"]) if "trimmed_through" in meta else None
+        trimmed_us = int(meta["trimmed_through_t"]) if "trimmed_through_t" in meta else None
         urls = Urls(self.settings.hub.base_url, topic)
 
         def insufficient(reason: str, oldest: Position | None) -> HistoryInsufficient:
@@ -212,7 +213,7 @@ class PushServer:
         if start is not None and trimmed is not None and start < trimmed:
             raise insufficient("trimmed", await self._oldest(keys))
         if since is not None:
-            start = await self._position_before(keys, since, trimmed, insufficient)
+            start = await self._position_before(keys, since, trimmed_us, insufficient)
 
         sub = Subscription(
             connection=connection,
@@ -282,11 +283,12 @@ class PushServer:
         self,
         keys: TopicKeys,
         since: datetime,
-        trimmed: Position | None,
+        trimmed_us: int | None,
         insufficient: Callable[[str, Position | None], HistoryInsufficient],
     ) -> Position:
         """The position just before the first change at or after ``since`` (change times
-        are in stream order: the hub's ingest policy guarantees it)."""
+        are in stream order: the hub's ingest policy guarantees it). History is
+        insufficient only if a trimmed change may be at or after ``since``."""
         since_us = to_us(since)
         cursor = "-"
         previous = Position(0, 0)
@@ -296,8 +298,8 @@ class PushServer:
             changes = [row_change(row) for row in rows]
             for change in changes:
                 if change.time_us >= since_us:
-                    if first and trimmed is not None:
-                        # Changes before this one were trimmed: were any at/after since?
+                    if first and trimmed_us is not None and since_us <= trimmed_us:
+                        # The last trimmed change is at/after since: it would be missed.
                         raise insufficient("trimmed", change.position)
                     return previous
                 previous = change.position
