@@ -29,7 +29,10 @@ def serve(
         Path | None, typer.Option("--config", "-c", help="TOML file with [hub], topics, sources.")
     ] = None,
     host: Annotated[str | None, typer.Option(help="Address to bind [default: 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port [default: 8080]; 0 picks one.")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port [default: 8080]; 0 picks one (documents keep [hub] base_url)."),
+    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="Where the embedded Redis keeps its AOF [default: ./rspush-data]."),
