@@ -37,26 +37,17 @@ import httpx
 import lxml
 from lxml import etree
 
+from .fragments import change_fragment
+
 TOKEN = "bench-token"
 
 
 def fragment(start: datetime, index: int, count: int, step: timedelta) -> bytes:
-    urls = []
-    for i in range(count):
-        n = index * count + i
-        when = (start + step * n).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        urls.append(
-            f"<url><loc>http://example.com/res{n % 50_000}</loc>"
-            f'<rs:md change="updated" datetime="{when}" '
-            f'hash="md5:{hashlib.md5(str(n).encode()).hexdigest()}" length="{n}" '
-            f'type="text/html"/></url>'
-        )
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-        'xmlns:rs="http://www.openarchives.org/rs/terms/">'
-        '<rs:md capability="changelist"/>' + "".join(urls) + "</urlset>"
-    ).encode()
+    numbers = range(index * count, (index + 1) * count)
+    return change_fragment(
+        ((n, (start + step * n).strftime("%Y-%m-%dT%H:%M:%S.%fZ")) for n in numbers),
+        distinct=50_000,
+    )
 
 
 def free_port() -> int:

@@ -66,6 +66,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.version import version as websockets_version
 
+from .fragments import change_fragment
+
 TOKEN = "bench-token"
 ROOT = Path(__file__).resolve().parents[1]
 CHANGE_MARK = b'{"position":"'
@@ -136,21 +138,8 @@ def w3c(moment: datetime) -> str:
 
 
 def fragment(entries: Iterable[tuple[int, str]]) -> bytes:
-    """A Change List fragment; each entry (n, datetime) like a real Source's: hash, length,
-    type (about 260 bytes of JSON per change once pushed)."""
-    urls = [
-        f"<url><loc>http://example.com/res{n % 10_000}</loc>"
-        f'<rs:md change="updated" datetime="{when}" '
-        f'hash="md5:{hashlib.md5(str(n).encode()).hexdigest()}" length="{n}" '
-        f'type="text/html"/></url>'
-        for n, when in entries
-    ]
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-        'xmlns:rs="http://www.openarchives.org/rs/terms/">'
-        '<rs:md capability="changelist"/>' + "".join(urls) + "</urlset>"
-    ).encode()
+    """About 260 bytes of JSON per change once pushed."""
+    return change_fragment(entries, distinct=10_000)
 
 
 def fanout_bodies(total: int, per_fragment: int) -> list[bytes]:

@@ -54,6 +54,8 @@ class DocumentService:
         self._cache: dict[tuple[str, str], tuple[str, Served | dict[int, bytes]]] = {}
         self._modified: dict[tuple[str, str], datetime | None] = {}
         self._closed: dict[tuple[str, int], Served] = {}
+        self._source_description: Served | None = None
+        self._capability_lists: dict[str, Served] = {}
 
     def urls(self, topic: str) -> m.Urls:
         if topic not in self.topics:
@@ -61,16 +63,22 @@ class DocumentService:
         return m.Urls(self.base_url, topic)
 
     def source_description(self) -> Served:
-        body = m.source_description(self.base_url, self.topics, self.described_by)
-        return Served(body, _etag("sd", body), None)
+        # Depends on configuration only: built once per process.
+        if self._source_description is None:
+            body = m.source_description(self.base_url, self.topics, self.described_by)
+            self._source_description = Served(body, _etag("sd", body), None)
+        return self._source_description
 
     def capability_list(self, topic: str) -> Served:
-        body = m.capability_list(
-            self.urls(topic),
-            described_by=self.topic_descriptions.get(topic),
-            push_url=self.push_url,
-        )
-        return Served(body, _etag("cap", body), None)
+        served = self._capability_lists.get(topic)
+        if served is None:  # configuration only: built once per topic
+            body = m.capability_list(
+                self.urls(topic),
+                described_by=self.topic_descriptions.get(topic),
+                push_url=self.push_url,
+            )
+            served = self._capability_lists[topic] = Served(body, _etag("cap", body), None)
+        return served
 
     async def open_change_list(self, topic: str) -> Served:
         urls = self.urls(topic)

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -20,6 +20,7 @@ import redis
 from hub.embedded import EmbeddedRedis
 from hub.server import RunningHub, bind, running_hub
 from hub.settings import Limits, Settings, Source, Topic
+from resourcesync.w3cdt import format_w3c_datetime
 from tests.conftest import TIMEOUT_SCALE
 
 TOKEN_A = "token-of-source-a"
@@ -142,3 +143,16 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+class Times:
+    """Strictly increasing change times, an hour in the past (within the hub's tolerance),
+    ``step`` apart unless a call asks for another step."""
+
+    def __init__(self, step: timedelta = timedelta(milliseconds=1)) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+        self.step = step
+
+    def next(self, step: timedelta | None = None) -> str:
+        self.now += self.step if step is None else step
+        return format_w3c_datetime(self.now)

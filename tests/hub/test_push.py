@@ -12,7 +12,7 @@ import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,7 +35,15 @@ from subscriber.push import (
     RefusedError,
     push_changes,
 )
-from tests.hub.conftest import TOKEN_A, TOKEN_B, HubFactory, auth, change_fragment, make_settings
+from tests.hub.conftest import (
+    TOKEN_A,
+    TOKEN_B,
+    HubFactory,
+    Times,
+    auth,
+    change_fragment,
+    make_settings,
+)
 
 SUBSCRIBER_TOKEN = "token-of-mirror-1"
 
@@ -56,17 +64,6 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             pytest.fail(f"condition not met within {timeout} s: {what or predicate}")
         await asyncio.sleep(0.01)
-
-
-class Times:
-    """Strictly increasing change times, an hour in the past (within the hub's tolerance)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
-
-    def next(self, step: timedelta = timedelta(milliseconds=1)) -> str:
-        self.now += step
-        return format_w3c_datetime(self.now)
 
 
 def _changes_of_xml(frame: str) -> dict[str, Any]:
