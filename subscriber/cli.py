@@ -1,8 +1,9 @@
-"""``rs-subscribe``: the Destination agent's command line.
+"""``rs-subscribe``: the Destination agent's command line (thin: options → one coroutine).
 
-``watch`` is the operator's debugging tool: it discovers the Source's push endpoint and
-prints every pushed change as one JSON line. (The full agent — baseline, apply, checkpoint,
-poll fallback, archive catch-up — is issue #5.)
+Exit status: 0 done (or stopped by SIGINT/SIGTERM with the checkpoint committed); 1 the
+mirror differs from the Source (``audit``) or the Source became unusable; 2 usage or
+discovery error (several topics and no ``--topic``, say); 3 history insufficient (``watch``);
+4 refused by the hub (unauthorised, unknown topic); 5 the state file is in use.
 """
 
 from __future__ import annotations
@@ -10,34 +11,419 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+from datetime import datetime
+from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
 
 from hub.push.protocol import ProtocolError, TopicRequest
+from resourcesync.w3cdt import format_w3c_datetime
 
+from .agent import Agent, AgentConfig
+from .appliers import ExecApplier
+from .audit import audit as run_audit
+from .checkpoint import list_topics
 from .discovery import DiscoveryError, discover
+from .errors import StateLockedError, SubscriberError
+from .filters import ChangeFilter
+from .logs import EventWriter, setup_logging
+from .mapping import UriMap
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
 
 app = typer.Typer(
     add_completion=False,
-    pretty_exceptions_show_locals=False,
+    pretty_exceptions_show_locals=False,  # tokens live in locals
     no_args_is_help=True,
-    help="Keep a Destination in step with a ResourceSync Source.",
+    help="Keep a Destination in step with a ResourceSync Source: baseline, live push, "
+    "polling fallback, archive catch-up, audit.",
 )
 
-# Exit codes of `watch`: scripts can tell why it stopped.
+EXIT_FAILED = 1
 EXIT_CLOSED = 1
 EXIT_USAGE = 2
 EXIT_HISTORY = 3
 EXIT_REFUSED = 4
+EXIT_LOCKED = 5
+
+SourceUrl = Annotated[
+    str,
+    typer.Argument(
+        help="The Source: a hub or Source base URL, its /.well-known/resourcesync, a "
+        'Capability List, or any page whose Link header or <link rel="resourcesync"> '
+        "points to one.",
+        show_default=False,
+    ),
+]
+Dest = Annotated[
+    Path, typer.Option("--dest", "-d", help="The mirror directory.", show_default=False)
+]
+StateFile = Annotated[
+    Path | None,
+    typer.Option(help="Checkpoint file (SQLite). Default: DEST/.rs-subscribe/state.sqlite."),
+]
+Topic = Annotated[str | None, typer.Option(help="Topic (needed when the Source has several).")]
+Maps = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--map",
+        help="URI=DIR: files for URIs under URI go to DIR (relative to --dest). Repeatable. "
+        "Default: the Source's base URI onto --dest. URIs no map covers are refused.",
+    ),
+]
+Include = Annotated[
+    list[str] | None, typer.Option(help="Only URIs matching this regex (repeatable: any).")
+]
+Exclude = Annotated[list[str] | None, typer.Option(help="Never URIs matching this regex.")]
+Collection = Annotated[
+    str | None, typer.Option(help='Only resources with rs:ln rel="collection" to this URI.')
+]
+DescribedBy = Annotated[
+    str | None,
+    typer.Option(help='Only resources with a rel="describedby" link starting with this URI.'),
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(help='Only metadata records of this profile (rel="profile" / @profile).'),
+]
+JsonLogs = Annotated[bool, typer.Option("--json-logs", help="Log lines as JSON objects.")]
+Debug = Annotated[bool, typer.Option("--debug", help="Verbose logs and tracebacks.")]
+Token = Annotated[
+    str | None, typer.Option(help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN).")
+]
+Concurrency = Annotated[
+    int, typer.Option(min=1, max=256, help="Resources fetched at once (per-URI order is kept).")
+]
+
+
+def _config(
+    source_url: str,
+    dest: Path,
+    state: Path | None,
+    topic: str | None,
+    maps: list[str] | None,
+    include: list[str] | None,
+    exclude: list[str] | None,
+    collection: str | None,
+    describedby: str | None,
+    profile: str | None,
+    token: str | None,
+    concurrency: int,
+    **options: object,
+) -> AgentConfig:
+    pairs = []
+    for item in maps or []:
+        uri, sep, directory = item.partition("=")
+        if not sep or not uri:
+            _usage(f"--map {item!r}: expected URI=DIR")
+        pairs.append((uri, directory))
+    try:
+        change_filter = ChangeFilter.build(
+            include or [], exclude or [], collection, describedby, profile
+        )
+        UriMap.build(pairs)
+    except ValueError as exc:
+        _usage(str(exc))
+    return AgentConfig(
+        source_url=source_url,
+        dest=dest,
+        state=state,
+        topic=topic,
+        maps=pairs,
+        change_filter=change_filter,
+        token=token or os.environ.get("RSPUSH_SUBSCRIBER_TOKEN"),
+        concurrency=concurrency,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _usage(message: str) -> None:
+    typer.echo(f"rs-subscribe: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
 
 
 @app.callback()
 def _root() -> None:
     """Keep a Destination in step with a ResourceSync Source."""
+
+
+@app.command()
+def run(
+    source_url: SourceUrl,
+    dest: Dest,
+    state: StateFile = None,
+    topic: Topic = None,
+    events: Annotated[
+        str | None,
+        typer.Option(
+            help="Write one JSON line per applied change to FILE (or - for stdout): uri, "
+            "change, time, position, channel (baseline|push|poll|archive), applied."
+        ),
+    ] = None,
+    maps: Maps = None,
+    include: Include = None,
+    exclude: Exclude = None,
+    collection: Collection = None,
+    describedby: DescribedBy = None,
+    profile: Profile = None,
+    keep_deleted: Annotated[
+        bool, typer.Option("--keep-deleted", help="Keep files of deleted resources.")
+    ] = False,
+    exec_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--exec",
+            help="Instead of writing files, run CMD for each change with it as JSON on stdin "
+            "(content_file names the verified bytes). A non-zero exit is a failed change.",
+        ),
+    ] = None,
+    poll_interval: Annotated[
+        float, typer.Option(min=0.05, help="Seconds between polls when push is unavailable.")
+    ] = 5.0,
+    concurrency: Concurrency = 8,
+    token: Token = None,
+    no_dump: Annotated[
+        bool,
+        typer.Option(
+            "--no-dump",
+            help="Baseline from the Resource List even if the Source offers a Resource Dump.",
+        ),
+    ] = False,
+    json_logs: JsonLogs = False,
+    debug: Debug = False,
+) -> None:
+    """Mirror a Source and stay in step: baseline (first run), then live push, polling the
+    Change Lists while push is down, catching up through the Change List Archive after a long
+    absence. Stop with Ctrl-C or SIGTERM: the files being written are finished and the
+    checkpoint committed; the next run resumes from it."""
+    config = _config(
+        source_url,
+        dest,
+        state,
+        topic,
+        maps,
+        include,
+        exclude,
+        collection,
+        describedby,
+        profile,
+        token,
+        concurrency,
+        keep_deleted=keep_deleted,
+        poll_interval=poll_interval,
+        use_dump=not no_dump,
+    )
+    raise typer.Exit(_agent(config, events, exec_cmd, json_logs, debug, baseline_only=False))
+
+
+@app.command()
+def baseline(
+    source_url: SourceUrl,
+    dest: Dest,
+    state: StateFile = None,
+    topic: Topic = None,
+    events: Annotated[str | None, typer.Option(help="JSON lines of applied changes.")] = None,
+    maps: Maps = None,
+    include: Include = None,
+    exclude: Exclude = None,
+    collection: Collection = None,
+    describedby: DescribedBy = None,
+    profile: Profile = None,
+    concurrency: Concurrency = 8,
+    token: Token = None,
+    no_dump: Annotated[bool, typer.Option("--no-dump", help="Use the Resource List.")] = False,
+    json_logs: JsonLogs = False,
+    debug: Debug = False,
+) -> None:
+    """Make (or remake) the baseline copy from the Source's Resource List or Resource Dump,
+    record where incremental sync starts, and exit."""
+    config = _config(
+        source_url,
+        dest,
+        state,
+        topic,
+        maps,
+        include,
+        exclude,
+        collection,
+        describedby,
+        profile,
+        token,
+        concurrency,
+        use_dump=not no_dump,
+    )
+    raise typer.Exit(_agent(config, events, None, json_logs, debug, baseline_only=True))
+
+
+def _agent(
+    config: AgentConfig,
+    events: str | None,
+    exec_cmd: str | None,
+    json_logs: bool,
+    debug: bool,
+    *,
+    baseline_only: bool,
+) -> int:
+    reporter = setup_logging(json_logs=json_logs, debug=debug)
+    writer = EventWriter(events) if events else None
+    applier = ExecApplier(exec_cmd) if exec_cmd else None
+    agent = Agent(config, applier=applier, events=writer, reporter=reporter)
+    try:
+        return asyncio.run(_run_agent(agent, baseline_only, debug))
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def _run_agent(agent: Agent, baseline_only: bool, debug: bool) -> int:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, agent.stop)
+    try:
+        await agent.run(baseline_only=baseline_only)
+    except (DiscoveryError, ProtocolError) as exc:
+        return _fail(f"{exc}", EXIT_USAGE, debug)
+    except StateLockedError as exc:
+        return _fail(str(exc), EXIT_LOCKED, debug)
+    except RefusedError as exc:
+        return _fail(f"refused: {exc}", EXIT_REFUSED, debug)
+    except SubscriberError as exc:
+        return _fail(str(exc), EXIT_FAILED, debug)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    if agent.mirror is not None and agent.mirror.stats["failed"] and baseline_only:
+        return _fail(f"{agent.mirror.stats['failed']} resources failed", EXIT_FAILED, debug)
+    return 0
+
+
+def _fail(message: str, code: int, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    typer.echo(f"rs-subscribe: {message}", err=True)
+    return code
+
+
+@app.command()
+def audit(
+    source_url: SourceUrl,
+    dest: Dest,
+    state: StateFile = None,
+    topic: Topic = None,
+    maps: Maps = None,
+    include: Include = None,
+    exclude: Exclude = None,
+    collection: Collection = None,
+    describedby: DescribedBy = None,
+    profile: Profile = None,
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Fetch missing/different files, delete extra ones.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as one JSON object.")] = False,
+    json_logs: JsonLogs = False,
+    debug: Debug = False,
+) -> None:
+    """Compare the mirror with the Source's Resource List: missing, extra and different
+    files. Exit 0 when identical (or all repaired), 1 otherwise."""
+    config = _config(
+        source_url,
+        dest,
+        state,
+        topic,
+        maps,
+        include,
+        exclude,
+        collection,
+        describedby,
+        profile,
+        None,
+        8,
+    )
+    reporter = setup_logging(json_logs=json_logs, debug=debug)
+    try:
+        report = asyncio.run(run_audit(config, repair=repair, reporter=reporter))
+    except DiscoveryError as exc:
+        raise typer.Exit(_fail(str(exc), EXIT_USAGE, debug)) from None
+    except StateLockedError as exc:
+        raise typer.Exit(_fail(str(exc), EXIT_LOCKED, debug)) from None
+    except SubscriberError as exc:
+        raise typer.Exit(_fail(str(exc), EXIT_FAILED, debug)) from None
+    summary = {
+        "listed": report.listed,
+        "missing": report.missing,
+        "different": [{"uri": u, "problem": p} for u, p in report.different],
+        "extra": report.extra,
+        "unmapped": [{"uri": u, "problem": p} for u, p in report.unmapped],
+        "repaired": report.repaired,
+        "repair_failures": report.repair_failures,
+    }
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        typer.echo(
+            f"{report.listed} listed, {len(report.missing)} missing, "
+            f"{len(report.different)} different, {len(report.extra)} extra, "
+            f"{len(report.unmapped)} unmapped" + (f"; {report.repaired} repaired" if repair else "")
+        )
+        for uri in report.missing:
+            typer.echo(f"missing   {uri}")
+        for uri, problem in report.different:
+            typer.echo(f"different {uri}: {problem}")
+        for path in report.extra:
+            typer.echo(f"extra     {path}")
+        for uri, problem in report.unmapped:
+            typer.echo(f"unmapped  {uri}: {problem}")
+        for failure in report.repair_failures:
+            typer.echo(f"not repaired: {failure}")
+    fixed = repair and not report.repair_failures and not report.unmapped
+    raise typer.Exit(0 if report.in_sync or fixed else EXIT_FAILED)
+
+
+@app.command()
+def status(
+    state: Annotated[Path, typer.Option(help="The checkpoint file to read.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Show each Source and topic in a state file: epoch, position and change time of the
+    watermark, last baseline, counts of resources, tombstones and failures."""
+    try:
+        topics = list_topics(state)
+    except (FileNotFoundError, OSError) as exc:
+        typer.echo(f"rs-subscribe: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    rows = []
+    for item, counts in topics:
+        rows.append(
+            {
+                "source": item.source,
+                "topic": item.topic,
+                "epoch": item.watermark.epoch,
+                "position": item.watermark.position,
+                "last_change_time": _iso(item.watermark.last_time),
+                "baseline_at": _iso(item.baseline_at),
+                "updated": _iso(item.updated),
+                **counts,
+            }
+        )
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    if not rows:
+        typer.echo(f"{state}: no Sources yet")
+    for row in rows:
+        typer.echo(f"{row['source']} (topic {row['topic']})")
+        for key, value in row.items():
+            if key not in ("source", "topic"):
+                typer.echo(f"  {key:17} {value if value is not None else '-'}")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else format_w3c_datetime(moment)
 
 
 @app.command()

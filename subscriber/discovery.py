@@ -1,121 +1,568 @@
-"""Finding a topic's Capability List and push endpoint from a Source URL (Z39.99 §6.3).
+"""Finding a topic's Capability List and push endpoint from any Source URL (Z39.99 §6.3).
 
-Accepts a hub or Source base URL, its ``/.well-known/resourcesync``, or a Capability List.
-The push endpoint comes from the change-notification entry's ``rs:ln rel="urn:rspush:websocket"``
-or, failing that, the same relation in the HTTP ``Link`` header (docs/protocol.md).
+SOURCE_URL may be a hub or Source base URL, its ``/.well-known/resourcesync`` (§6.3.2), a
+Source Description, a Capability List, any other ResourceSync document (its ``rs:ln
+rel="up"`` chain leads to the Capability List, §6.2), or any page whose HTTP ``Link`` header
+or HTML ``<link>`` has ``rel="resourcesync"`` (§6.3.3). When none of those answers, the
+origin's ``robots.txt`` ``Sitemap:`` lines are followed (§6.3.4). Candidates, in order:
+
+    base URL (no path)    /.well-known/resourcesync, the home page, /robots.txt
+    any other URL         the URL itself, URL/.well-known/resourcesync (when the path looks
+                          like a directory or mount point), /.well-known/resourcesync,
+                          /robots.txt
+
+A candidate answering 4xx or with something that is not ResourceSync is noted and the next
+one is tried; anything reached by following a link must be there. The push endpoint comes
+from the change-notification entry's ``rs:ln rel="urn:rspush:websocket"`` or, failing that,
+the same relation in the Capability List's HTTP ``Link`` header (docs/protocol.md).
+
+Every fetch is capped (``max_bytes``) and so is every chain of links (``max_hops``), so a
+hostile Source cannot make discovery loop or read without end. All XML goes through
+:func:`resourcesync.parse_document`; HTML is read with lxml.html, network off, capped.
+
+Errors: everything raised is a :class:`DiscoveryError` (``url`` names the document the
+problem is about, when there is one)::
+
+    DiscoveryError    the Source could not be discovered; the message says what was tried
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urljoin, urlsplit
 
 import httpx
+from lxml import etree
+from lxml import html as lxml_html
 
 from hub.push.protocol import PUSH_REL
 from resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
-WELL_KNOWN = "/.well-known/resourcesync"
+WELL_KNOWN: Final = "/.well-known/resourcesync"
+ROBOTS: Final = "/robots.txt"
+RESOURCESYNC_REL: Final = "resourcesync"  # Z39.99 §6.3.3
+
+# Limits (house style §4); discover() takes the first two as arguments.
+MAX_DISCOVERY_BYTES: Final = 10 * 1024 * 1024  # per fetched document
+MAX_HOPS: Final = 8  # links followed in one chain (up, index, resourcesync)
+MAX_PAGE_BYTES: Final = 1024 * 1024  # of an HTML page or robots.txt that is read
+MAX_CAPABILITY_LISTS: Final = 64  # read from Source Descriptions
+MAX_SITEMAPS: Final = 16  # robots.txt Sitemap lines followed
+
+_ACCEPT: Final = {"Accept": "application/xml, text/xml;q=0.9, text/html;q=0.8, */*;q=0.5"}
+_FOUND_TYPES: Final = frozenset(
+    {
+        DocumentType.CAPABILITY_LIST,
+        DocumentType.SOURCE_DESCRIPTION,
+        DocumentType.SOURCE_DESCRIPTION_INDEX,
+    }
+)
 
 
 class DiscoveryError(Exception):
-    """The Source could not be discovered; the message says what was missing."""
+    """The Source could not be discovered; the message says what was missing or tried."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+def source_base_uri(url: str) -> str:
+    """``scheme://host[:port]/`` of ``url``: the default base of the Source's resources."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2].lower()
+    return f"{parts.scheme.lower()}://{host}/"
 
 
 @dataclass(frozen=True)
 class TopicEndpoints:
+    """Where one topic's documents and push channel are.
+
+    ``base_uri`` defaults to :func:`source_base_uri` of ``capability_list``.
+    """
+
     topic: str
     capability_list: str
-    change_list: str | None
+    change_list: str | None  # may be a Change List Index (§12.2)
     change_list_archive: str | None
-    resource_list: str | None
+    resource_list: str | None  # may be a Resource List Index (§10.2)
     push_url: str | None
+    resource_dump: str | None = None
+    change_dump: str | None = None
+    source_description: str | None = None  # the one read on the way, if any
+    base_uri: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.base_uri:
+            object.__setattr__(self, "base_uri", source_base_uri(self.capability_list))
 
 
-def _topic_name(topic_uri: str) -> str:
-    return urlsplit(topic_uri).path.rstrip("/").rsplit("/", 1)[-1]
+# --- Sans-I/O: reading links, pages and names ------------------------------------------------
 
 
-def _link_header(reply: httpx.Response, rel: str) -> str | None:
-    for link in reply.headers.get_list("link"):
-        for part in link.split(","):
-            target, _, params = part.partition(";")
-            if f'rel="{rel}"' in params.replace(" ", "") or f"rel={rel}" in params:
-                return target.strip().strip("<>")
-    return None
+@dataclass(frozen=True, slots=True)
+class HeaderLink:
+    """One link of an HTTP ``Link`` header: absolute target, lower-cased relation types."""
+
+    target: str
+    rels: frozenset[str]
 
 
-async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_LINK_VALUE = re.compile(rf"\s*<([^>]*)>((?:\s*;\s*{_TOKEN}\s*(?:=\s*(?:{_QUOTED}|[^\s;,\"]*))?)*)")
+_LINK_PARAM = re.compile(rf"\s*;\s*({_TOKEN})\s*(?:=\s*({_QUOTED}|[^\s;,\"]*))?")
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def parse_links(values: Iterable[str], base: str) -> list[HeaderLink]:
+    """The links of ``Link`` header values (RFC 8288 §3), targets resolved against ``base``.
+
+    A value may hold several comma-separated links; ``rel`` may be quoted and hold several
+    space-separated types; only a parameter's first occurrence counts (§3.3). Links with an
+    ``anchor`` are about another resource and are left out. A malformed remainder is
+    skipped. (httpx's ``Response.links`` keys links by the raw ``rel`` string, so it loses
+    repeated relations and multi-type ``rel`` values.)
+    """
+    links = []
+    for value in values:
+        pos = 0
+        while (match := _LINK_VALUE.match(value, pos)) is not None:
+            params: dict[str, str] = {}
+            for name, raw in _LINK_PARAM.findall(match.group(2)):
+                if raw.startswith('"'):
+                    raw = _ESCAPE.sub(r"\1", raw[1:-1])
+                params.setdefault(name.lower(), raw)
+            rels = frozenset(params.get("rel", "").lower().split())
+            target = _join(base, match.group(1).strip(), ())
+            if rels and target is not None and "anchor" not in params:
+                links.append(HeaderLink(target, rels))
+            comma = value.find(",", match.end())
+            if comma < 0:
+                break
+            pos = comma + 1
+    return links
+
+
+def html_resourcesync_links(page: bytes, page_url: str) -> list[str]:
+    """Targets of ``<link rel="resourcesync" href>`` in an HTML page (§6.3.3), resolved
+    against ``<base href>`` or the page URL. Reads at most :data:`MAX_PAGE_BYTES`."""
+    parser = lxml_html.HTMLParser(
+        no_network=True, remove_comments=True, remove_pis=True, huge_tree=False
+    )
     try:
-        reply = await client.get(url)
-    except httpx.HTTPError as exc:
-        raise DiscoveryError(f"GET {url}: {exc}") from exc
-    if reply.status_code != 200:
-        raise DiscoveryError(f"GET {url}: HTTP {reply.status_code}")
-    return reply
+        root = lxml_html.document_fromstring(page[:MAX_PAGE_BYTES], parser=parser)
+    except (etree.LxmlError, ValueError):
+        return []
+    base = page_url
+    for element in root.iter("base"):
+        href = element.get("href")
+        if href:
+            base = _join(page_url, href.strip()) or page_url
+            break
+    targets = []
+    for element in root.iter("link"):
+        href = element.get("href")
+        if href and RESOURCESYNC_REL in (element.get("rel") or "").lower().split():
+            target = _join(base, href.strip())
+            if target is not None:
+                targets.append(target)
+    return _unique(targets)
 
 
-async def discover(client: httpx.AsyncClient, source_url: str, topic: str | None) -> TopicEndpoints:
-    """Follow well-known → Source Description → Capability List for ``topic``.
+def robots_sitemaps(robots: bytes, robots_url: str) -> list[str]:
+    """The ``Sitemap:`` URLs of a robots.txt (§6.3.4; RFC 9309 §2.2.4 allows other records)."""
+    sitemaps = []
+    for line in robots[:MAX_PAGE_BYTES].decode("utf-8", errors="replace").splitlines():
+        name, colon, value = line.split("#", 1)[0].partition(":")
+        if colon and name.strip().lower() == "sitemap" and value.strip():
+            target = _join(robots_url, value.strip())
+            if target is not None:
+                sitemaps.append(target)
+    return _unique(sitemaps)
+
+
+def topic_name(capability_list: str, notification_loc: str | None = None) -> str:
+    """A topic's name, never empty: the last path segment of its change-notification topic
+    URI; for a Source without one, the Capability List's directory name
+    (``/dataset1/capabilitylist.xml`` → ``dataset1``); for a Capability List at the root, its
+    file name without ``.xml`` (Example 12's ``/capabilitylist1.xml`` → ``capabilitylist1``);
+    else the host."""
+    if notification_loc:
+        name = _path(notification_loc).rstrip("/").rsplit("/", 1)[-1]
+        if name:
+            return name
+    directory, _, file = _path(capability_list).rpartition("/")
+    name = directory.rsplit("/", 1)[-1] or file.removesuffix(".xml")
+    return name or _path(capability_list, "hostname") or capability_list or "default"
+
+
+def _path(url: str, part: str = "path") -> str:
+    try:
+        return str(getattr(urlsplit(url), part) or "")
+    except ValueError:
+        return ""
+
+
+_WEB: Final = ("http", "https")
+
+
+def _join(base: str, href: str, schemes: tuple[str, ...] = _WEB) -> str | None:
+    """``href`` made absolute, without fragment; None unless it is a valid URL with a host
+    and one of ``schemes`` (any scheme when empty)."""
+    try:
+        url = urljoin(base, href)
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if (schemes and parts.scheme not in schemes) or not parts.hostname:
+        return None
+    return url.partition("#")[0]
+
+
+def _unique(urls: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(urls))
+
+
+def _plan(url: str) -> list[tuple[str, str]]:
+    """The candidates to try for a SOURCE_URL, in order, as (kind, URL)."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    robots = ("robots", origin + ROBOTS)
+    path = parts.path.rstrip("/")
+    if not path and not parts.query:
+        return [("page", origin + WELL_KNOWN), ("page", origin + "/"), robots]
+    plan = [("page", url)]
+    directory_like = "." not in path.rsplit("/", 1)[-1] and not path.endswith(WELL_KNOWN)
+    if directory_like and not parts.query:
+        plan.append(("page", origin + path + WELL_KNOWN))
+    plan += [("page", origin + WELL_KNOWN), robots]
+    return list(dict.fromkeys(plan))
+
+
+# --- I/O: fetching and following ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    url: str  # as requested
+    final_url: str  # after redirects: the base of relative references
+    status: int
+    headers: httpx.Headers
+    content: bytes
+
+    def links(self, rel: str, schemes: tuple[str, ...] = _WEB) -> list[str]:
+        found = parse_links(self.headers.get_list("link"), self.final_url)
+        return _unique(
+            link.target
+            for link in found
+            if rel in link.rels and (not schemes or urlsplit(link.target).scheme in schemes)
+        )
+
+    @property
+    def is_html(self) -> bool:
+        media = self.headers.get("content-type", "").partition(";")[0].strip().lower()
+        head = self.content[:512].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+        return media in ("text/html", "application/xhtml+xml") or head.startswith(
+            (b"<!doctype html", b"<html")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    url: str
+    reply: _Reply
+    document: Document
+
+
+@dataclass
+class _Walk:
+    client: httpx.AsyncClient
+    max_bytes: int
+    max_hops: int
+    tried: list[str] = field(default_factory=list)
+    documents: dict[str, _Found] = field(default_factory=dict)
+
+    async def get(self, url: str) -> _Reply:
+        """GET ``url``, reading at most ``max_bytes`` of its body (none of an error's)."""
+        try:
+            async with self.client.stream("GET", url, headers=_ACCEPT) as response:
+                body = bytearray()
+                if response.status_code < 400:
+                    declared = response.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > self.max_bytes:
+                        raise self.too_large(url, f"{int(declared)} bytes")
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > self.max_bytes:
+                            raise self.too_large(url, f"more than {len(body)} bytes")
+        except httpx.HTTPError as exc:
+            raise DiscoveryError(f"GET {url}: {str(exc) or type(exc).__name__}", url=url) from exc
+        return _Reply(url, str(response.url), response.status_code, response.headers, bytes(body))
+
+    def too_large(self, url: str, size: str) -> DiscoveryError:
+        return DiscoveryError(
+            f"GET {url}: the document is {size}; discovery reads at most {self.max_bytes}",
+            url=url,
+        )
+
+    async def locate(self, source_url: str) -> list[_Found]:
+        """Source Descriptions and/or Capability Lists reached from ``source_url``."""
+        url = _join(source_url.strip(), "")
+        if url is None:
+            raise DiscoveryError(f"SOURCE_URL must be an http(s) URL, not {source_url!r}")
+        for kind, candidate in _plan(url):
+            found = await (self.robots(candidate) if kind == "robots" else self.page(candidate))
+            if found:
+                return found
+        raise DiscoveryError(
+            f"no ResourceSync Source Description or Capability List found from {source_url}; "
+            f"tried: {'; '.join(self.tried)}",
+            url=source_url,
+        )
+
+    async def page(self, url: str) -> list[_Found]:
+        """A candidate: a ResourceSync document, or a page linking to one (§6.3.3)."""
+        reply = await self.get(url)
+        if not self.answered(reply):
+            return []
+        targets = reply.links(RESOURCESYNC_REL)
+        if reply.is_html:
+            targets = _unique([*targets, *html_resourcesync_links(reply.content, reply.final_url)])
+            problem = f'an HTML page without <link rel="{RESOURCESYNC_REL}">'
+        elif not reply.content.strip():
+            problem = "an empty response"
+        else:
+            try:
+                document = parse_document(reply.content, max_bytes=self.max_bytes)
+            except DocumentError as exc:
+                problem = f"not a ResourceSync document: {exc}"
+            else:
+                self.documents[url] = _Found(url, reply, document)
+                if document.type in _FOUND_TYPES or _up(document, reply) is not None:
+                    return [await self.climb(url, [])]
+                problem = f'a {document.type} with no rs:ln rel="up" link'
+        if targets:
+            return [await self.climb(target, [url]) for target in targets]
+        self.tried.append(f"{url} ({problem})")
+        return []
+
+    async def robots(self, url: str) -> list[_Found]:
+        """§6.3.4: each ``Sitemap:`` that is a ResourceSync document, up to its Capability List."""
+        reply = await self.get(url)
+        if not self.answered(reply):
+            return []
+        sitemaps = robots_sitemaps(reply.content, reply.final_url)
+        if not sitemaps:
+            self.tried.append(f"{url} (no Sitemap lines)")
+        found = []
+        for sitemap in sitemaps[:MAX_SITEMAPS]:
+            listed = await self.get(sitemap)
+            if not self.answered(listed):
+                continue
+            try:
+                document = parse_document(listed.content, max_bytes=self.max_bytes)
+            except DocumentError as exc:
+                self.tried.append(f"{sitemap} from {url} (not a ResourceSync document: {exc})")
+                continue
+            self.documents[sitemap] = _Found(sitemap, listed, document)
+            found.append(await self.climb(sitemap, [url]))
+        return list({item.url: item for item in found}.values())
+
+    def answered(self, reply: _Reply) -> bool:
+        """False (noted) for a candidate that is not there; raises for a server error."""
+        if 200 <= reply.status < 300:
+            return True
+        if 400 <= reply.status < 500:
+            self.tried.append(f"{reply.url} (HTTP {reply.status})")
+            return False
+        raise DiscoveryError(f"GET {reply.url}: HTTP {reply.status}", url=reply.url)
+
+    async def climb(self, url: str, trail: list[str]) -> _Found:
+        """Follow ``up`` links (§6.2) from ``url`` to a Capability List or Source Description;
+        ``trail`` is how we got here."""
+        trail = list(trail)
+        while True:
+            if url in trail:
+                raise DiscoveryError(
+                    f"links loop: {' → '.join([*trail, url])}; no Capability List reached",
+                    url=url,
+                )
+            if len(trail) > self.max_hops:
+                raise DiscoveryError(
+                    f"gave up after following {self.max_hops} links without reaching a "
+                    f"Capability List: {' → '.join(trail)} → {url}",
+                    url=url,
+                )
+            trail.append(url)
+            found = await self.document(url, trail[-2] if len(trail) > 1 else None)
+            if found.document.type in _FOUND_TYPES:
+                return found
+            up = _up(found.document, found.reply)
+            if up is None:
+                raise DiscoveryError(
+                    f'{url} is a {found.document.type} with no rs:ln rel="up" link to its '
+                    f"Capability List (reached by {' → '.join(trail)})",
+                    url=url,
+                )
+            url = up
+
+    async def document(self, url: str, referrer: str | None) -> _Found:
+        """The ResourceSync document at ``url``, which must be there."""
+        if url in self.documents:
+            return self.documents[url]
+        via = "" if referrer is None else f" (linked from {referrer})"
+        reply = await self.get(url)
+        if not 200 <= reply.status < 300:
+            raise DiscoveryError(f"GET {url}{via}: HTTP {reply.status}", url=url)
+        try:
+            document = parse_document(reply.content, max_bytes=self.max_bytes)
+        except DocumentError as exc:
+            raise DiscoveryError(
+                f"{url}{via} is not a ResourceSync document: {exc}", url=url
+            ) from exc
+        found = self.documents[url] = _Found(url, reply, document)
+        return found
+
+    async def capability_lists(self, found: list[_Found]) -> list[tuple[_Found, str | None]]:
+        """Every Capability List found or listed by a Source Description (§8), with the
+        Source Description that listed it."""
+        lists: dict[str, tuple[_Found, str | None]] = {}
+        for item in found:
+            if item.document.type is DocumentType.CAPABILITY_LIST:
+                lists.setdefault(item.url, (item, None))
+                continue
+            listed = await self.listed(item)
+            if not listed:
+                raise DiscoveryError(
+                    f"the Source Description {item.url} lists no Capability Lists", url=item.url
+                )
+            for url in listed:
+                if url in lists:
+                    continue
+                capability_list = await self.document(url, item.url)
+                if capability_list.document.type is not DocumentType.CAPABILITY_LIST:
+                    raise DiscoveryError(
+                        f"{url}, listed in the Source Description {item.url}, is a "
+                        f"{capability_list.document.type}, not a Capability List",
+                        url=url,
+                    )
+                lists[url] = (capability_list, item.url)
+        return list(lists.values())
+
+    async def listed(self, description: _Found) -> list[str]:
+        """The Capability List URLs of a Source Description or of a Source Description
+        Index's parts (§8)."""
+        parts = [description]
+        if description.document.is_index:
+            parts = [
+                await self.document(url, description.url)
+                for url in _locs(description, None)[:MAX_CAPABILITY_LISTS]
+            ]
+        urls = _unique(url for part in parts for url in _locs(part, Capability.CAPABILITYLIST))
+        if len(urls) > MAX_CAPABILITY_LISTS:
+            raise DiscoveryError(
+                f"the Source Description {description.url} lists {len(urls)} Capability Lists, "
+                f"more than {MAX_CAPABILITY_LISTS}: give your topic's Capability List URL",
+                url=description.url,
+            )
+        return urls
+
+
+def _locs(found: _Found, capability: str | None) -> list[str]:
+    """Absolute ``<loc>`` of entries (with this capability, or none given), valid ones only."""
+    urls = []
+    for entry in found.document.entries:
+        has = None if entry.md is None else entry.md.capability
+        if capability is None or has in (capability, None):
+            url = _join(found.reply.final_url, entry.loc.strip())
+            if url is not None:
+                urls.append(url)
+    return urls
+
+
+def _up(document: Document, reply: _Reply) -> str | None:
+    """Where a document's Capability List is: its ``up`` link (§6.2; the archives' ``up``
+    points at the Capability List too), else its ``index`` (a part of an index), else the
+    HTTP ``Link rel="resourcesync"``."""
+    for rel in ("up", "index"):
+        link = document.link(rel)
+        target = None if link is None else _join(reply.final_url, link.href.strip())
+        if target is not None:
+            return target
+    return next(iter(reply.links(RESOURCESYNC_REL)), None)
+
+
+def _endpoints(found: _Found, source_description: str | None) -> TopicEndpoints:
+    by_capability: dict[str, str] = {}
+    notification = None
+    for entry in found.document.entries:
+        capability = None if entry.md is None else entry.md.capability
+        url = _join(found.reply.final_url, entry.loc.strip())
+        if capability is None or url is None:
+            continue
+        by_capability.setdefault(capability, url)
+        if notification is None and capability in (
+            Capability.CHANGE_NOTIFICATION,
+            Capability.CHANGELIST_NOTIFICATION,
+        ):
+            notification = entry
+    push = None
+    if notification is not None and (link := notification.link(PUSH_REL)) is not None:
+        push = link.href
+    push = push or next(iter(found.reply.links(PUSH_REL, ("ws", "wss"))), None)
+    return TopicEndpoints(
+        topic=topic_name(found.url, None if notification is None else notification.loc),
+        capability_list=found.url,
+        change_list=by_capability.get(Capability.CHANGELIST),
+        change_list_archive=by_capability.get(Capability.CHANGELIST_ARCHIVE),
+        resource_list=by_capability.get(Capability.RESOURCELIST),
+        push_url=push,
+        resource_dump=by_capability.get(Capability.RESOURCEDUMP),
+        change_dump=by_capability.get(Capability.CHANGEDUMP),
+        source_description=source_description,
+    )
+
+
+def choose(topics: list[TopicEndpoints], topic: str | None) -> TopicEndpoints:
+    """The topic asked for, or the only one; otherwise an error listing them."""
+    names = ", ".join(t.topic for t in topics) or "none"
+    if topic is not None:
+        matching = [t for t in topics if t.topic == topic]
+        if not matching:
+            where = f" (Capability List {topics[0].capability_list})" if len(topics) == 1 else ""
+            raise DiscoveryError(f"no topic {topic!r}; the Source has: {names}{where}")
+        if len(matching) > 1:
+            urls = ", ".join(t.capability_list for t in matching)
+            raise DiscoveryError(
+                f"{len(matching)} Capability Lists are named {topic!r} ({urls}): "
+                "give the Capability List URL instead"
+            )
+        return matching[0]
+    if len(topics) != 1:
+        raise DiscoveryError(
+            f"the Source has {len(topics)} topics ({names}): choose one with --topic"
+        )
+    return topics[0]
+
+
+async def discover(
+    client: httpx.AsyncClient,
+    source_url: str,
+    topic: str | None,
+    *,
+    max_bytes: int = MAX_DISCOVERY_BYTES,
+    max_hops: int = MAX_HOPS,
+) -> TopicEndpoints:
+    """Find ``topic``'s endpoints from any ResourceSync URL of the Source (module docstring).
 
     With ``topic`` None the Source must have exactly one topic; otherwise the error lists
-    them.
+    them. ``client`` should follow redirects.
     """
-    url = source_url.rstrip("/")
-    reply = await _get(client, url if url.endswith((".xml", WELL_KNOWN)) else url + WELL_KNOWN)
-    document = _parse(reply)
-    if document.type is DocumentType.CAPABILITY_LIST:
-        return _endpoints(reply, document_url=str(reply.url), document=document)
-    if document.type is not DocumentType.SOURCE_DESCRIPTION:
-        raise DiscoveryError(f"{reply.url} is a {document.type}, not a Source Description")
-    lists = [e.loc for e in document.entries]
-    chosen: list[tuple[httpx.Response, str]] = []
-    names: list[str] = []
-    for capability_url in lists:
-        cap_reply = await _get(client, capability_url)
-        endpoints = _endpoints(cap_reply, capability_url, _parse(cap_reply))
-        names.append(endpoints.topic)
-        if topic is None or endpoints.topic == topic:
-            chosen.append((cap_reply, capability_url))
-    if topic is not None and not chosen:
-        raise DiscoveryError(f"no topic {topic!r}; the Source has: {', '.join(names) or 'none'}")
-    if len(chosen) != 1:
-        raise DiscoveryError(
-            f"the Source has {len(chosen)} topics ({', '.join(names)}): choose one with --topic"
-        )
-    cap_reply, capability_url = chosen[0]
-    return _endpoints(cap_reply, capability_url, _parse(cap_reply))
-
-
-def _parse(reply: httpx.Response) -> Document:
-    try:
-        return parse_document(reply.content)
-    except DocumentError as exc:
-        raise DiscoveryError(f"{reply.url}: {exc}") from exc
-
-
-def _endpoints(reply: httpx.Response, document_url: str, document: Document) -> TopicEndpoints:
-    by_capability = {e.md.capability: e for e in document.entries if e.md is not None}
-    notification = by_capability.get(Capability.CHANGE_NOTIFICATION) or by_capability.get(
-        Capability.CHANGELIST_NOTIFICATION
-    )
-    push = None
-    topic = _topic_name(document_url.removesuffix("/capabilitylist.xml"))
-    if notification is not None:
-        topic = _topic_name(notification.loc)
-        link = notification.link(PUSH_REL)
-        push = link.href if link is not None else None
-    push = push or _link_header(reply, PUSH_REL)
-
-    def loc(capability: str) -> str | None:
-        entry = by_capability.get(capability)
-        return None if entry is None else entry.loc
-
-    return TopicEndpoints(
-        topic=topic,
-        capability_list=document_url,
-        change_list=loc(Capability.CHANGELIST),
-        change_list_archive=loc(Capability.CHANGELIST_ARCHIVE),
-        resource_list=loc(Capability.RESOURCELIST),
-        push_url=push,
-    )
+    walk = _Walk(client, max_bytes, max_hops)
+    found = await walk.locate(source_url)
+    lists = await walk.capability_lists(found)
+    return choose([_endpoints(item, description) for item, description in lists], topic)

@@ -1,0 +1,369 @@
+"""The Destination agent: discover, baseline, then follow — push when it can, polling when it
+must, the archives when it was away too long, a new baseline when nothing else can answer.
+
+State machine (one topic of one Source)::
+
+    start ──(no completed baseline)──> BASELINE ──> FOLLOW
+    FOLLOW: push session ──(channel down)──> poll for a backoff delay ──> push session
+            push session ──(history insufficient)──> CATCH-UP ──> push session
+            CATCH-UP ──(archive too short)──> BASELINE (again) ──> FOLLOW
+    no push channel (pull-only Source): poll every ``poll_interval``
+
+Resuming after poll or catch-up is by time (``since``, inclusive): changes already applied
+come again and are skipped (:mod:`subscriber.decide`), so nothing is missed and nothing is
+applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hub.push.protocol import TopicRequest
+from resourcesync.w3cdt import format_w3c_datetime
+
+from .appliers import Applier, FilesystemApplier
+from .backoff import Backoff
+from .baseline import dump_changes, open_resource_list, resource_list_changes
+from .changelists import ArchiveTooShortError, ChangeLists
+from .changes import ChangeType, Channel, ResourceChange, from_push
+from .checkpoint import Checkpoint, Watermark
+from .discovery import TopicEndpoints, discover
+from .errors import SourceError
+from .fetch import DEFAULT_MAX_BYTES, DEFAULT_TRIES, Fetcher
+from .filters import ChangeFilter
+from .mapping import STATE_DIR, UriMap
+from .mirror import DEFAULT_CONCURRENCY, EventSink, Mirror
+from .progress import LogReporter, Reporter
+from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
+from .reader import DocumentReader
+
+log = logging.getLogger("rs_subscribe")
+
+USER_AGENT = "rs-subscribe/0.1 (rspush)"
+
+
+@dataclass
+class AgentConfig:
+    source_url: str
+    dest: Path
+    state: Path | None = None
+    """Default: ``<dest>/.rs-subscribe/state.sqlite``."""
+    topic: str | None = None
+    maps: list[tuple[str, str]] = field(default_factory=list)
+    change_filter: ChangeFilter = field(default_factory=ChangeFilter)
+    keep_deleted: bool = False
+    concurrency: int = DEFAULT_CONCURRENCY
+    poll_interval: float = 5.0
+    token: str | None = None
+    use_dump: bool = True
+    fetch: bool = True
+    """False: record changes without fetching content (metadata-only)."""
+    tries: int = DEFAULT_TRIES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    http_timeout: float = 30.0
+
+    @property
+    def state_path(self) -> Path:
+        return self.state or self.dest / STATE_DIR / "state.sqlite"
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        applier: Applier | None = None,
+        events: EventSink | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.config = config
+        self._applier = applier
+        self._events = events
+        self.reporter = reporter or LogReporter()
+        self._stop = asyncio.Event()
+        self.endpoints: TopicEndpoints | None = None
+        self.mirror: Mirror | None = None
+        self.channel: str = "starting"
+        """What the agent is doing now: baseline, push, poll, catch-up (for tests, status)."""
+        self.rebaselines = 0
+        self._rebaselined_at: datetime | None = None
+
+    def stop(self) -> None:
+        """Finish the changes being applied, commit the checkpoint, return from :meth:`run`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # --- entry points ----------------------------------------------------------------------
+
+    async def run(self, *, baseline_only: bool = False) -> None:
+        config = self.config
+        headers = {"User-Agent": USER_AGENT}
+        async with httpx.AsyncClient(
+            timeout=config.http_timeout, follow_redirects=True, headers=headers
+        ) as client:
+            self.endpoints = endpoints = await discover(client, config.source_url, config.topic)
+            config.dest.mkdir(parents=True, exist_ok=True)
+            with Checkpoint(
+                config.state_path, endpoints.capability_list, endpoints.topic
+            ) as checkpoint:
+                maps = config.maps or [(endpoints.base_uri, "")]
+                fetcher = Fetcher(
+                    client,
+                    config.dest / STATE_DIR / "tmp",
+                    tries=config.tries,
+                    max_bytes=config.max_bytes,
+                )
+                self.mirror = Mirror(
+                    checkpoint,
+                    UriMap.build(maps),
+                    self._applier
+                    or FilesystemApplier(config.dest, keep_deleted=config.keep_deleted),
+                    fetcher if config.fetch else None,
+                    change_filter=config.change_filter,
+                    events=self._events,
+                    concurrency=config.concurrency,
+                )
+                self._fetcher = fetcher
+                self._reader = DocumentReader(client)
+                self._lists = ChangeLists(
+                    self._reader,
+                    capability_list=endpoints.capability_list,
+                    change_list=endpoints.change_list,
+                    archive=endpoints.change_list_archive,
+                )
+                try:
+                    state = checkpoint.state()
+                    if state is None or state.baseline_at is None:
+                        await self.baseline(rebaseline=False)
+                    elif baseline_only:
+                        await self.baseline(rebaseline=True)
+                    if not baseline_only and not self.stopping:
+                        await self._follow()
+                finally:
+                    # Whatever ended the run (stop, error, cancellation): let the changes in
+                    # flight finish and commit the checkpoint.
+                    await asyncio.shield(self.mirror.drain())
+
+    # --- baseline --------------------------------------------------------------------------
+
+    async def baseline(self, *, rebaseline: bool) -> None:
+        mirror, endpoints = self._parts()
+        self.channel = "baseline"
+        await mirror.drain()
+        url = None
+        if self.config.use_dump and endpoints.resource_dump is not None:
+            url = endpoints.resource_dump
+        url = url or endpoints.resource_list
+        if url is None:
+            raise SourceError(
+                f"{endpoints.capability_list} offers no Resource List to baseline from"
+            )
+        source = await open_resource_list(self._reader, url)
+        log.info("%s from %s", "rebaseline" if rebaseline else "baseline", url)
+        started = datetime.now(UTC)
+        mirror.checkpoint.start_baseline(now=started)
+        mirror.hold_watermark = True
+        seen: set[str] = set()
+        phase = self.reporter.phase("baseline", source.total)
+        try:
+            if source.first.md.capability == "resourcedump":
+                async for change, content in dump_changes(
+                    source, self._fetcher, max_bytes=self.config.max_bytes
+                ):
+                    if self.stopping:
+                        break
+                    seen.add(change.uri)
+                    await mirror.submit(change, content)
+                    phase.advance()
+            else:
+                async for change in resource_list_changes(source):
+                    if self.stopping:
+                        break
+                    seen.add(change.uri)
+                    await mirror.submit(change)
+                    phase.advance()
+            await mirror.drain()
+            if self.stopping:
+                return  # the baseline is not complete: the next run starts it again
+            # §10.1: without `at` the Source does not say when the snapshot was taken; the
+            # moment we started reading it is the latest it can be from.
+            at = source.at or started
+            if rebaseline:
+                # Resources the Source no longer has: a new baseline deletes them.
+                for held in list(mirror.checkpoint.resources()):
+                    if held.uri not in seen and held.time <= at:
+                        await mirror.submit(
+                            ResourceChange(held.uri, ChangeType.DELETED, at, Channel.BASELINE)
+                        )
+                await mirror.drain()
+        finally:
+            phase.close()
+            mirror.hold_watermark = False
+        watermark = Watermark(None, None, at)
+        mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC))
+        mirror.set_watermark(watermark)
+        log.info("baseline complete: %d resources as of %s", len(seen), format_w3c_datetime(at))
+
+    # --- following -------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        _, endpoints = self._parts()
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        while not self.stopping:
+            if endpoints.push_url is None:
+                await self._poll_for(None)
+                return
+            try:
+                await self._until_stopped(self._push_session(endpoints.push_url, backoff))
+                continue
+            except HistoryInsufficientError as exc:
+                log.warning("%s", exc)
+                await self._catch_up()
+            except RefusedError:
+                raise
+            except PushError as exc:
+                delay = backoff.next()
+                log.warning("push channel down (%s); polling, retrying push in %.1f s", exc, delay)
+                await self._poll_for(delay)
+
+    async def _push_session(self, url: str, backoff: Backoff) -> None:
+        mirror, endpoints = self._parts()
+        mark = mirror.watermark
+        if mark.position is not None and mark.epoch is not None:
+            request = TopicRequest(topic=endpoints.topic, position=mark.position, epoch=mark.epoch)
+        elif mark.last_time is not None:
+            request = TopicRequest(topic=endpoints.topic, since=format_w3c_datetime(mark.last_time))
+        else:
+            request = TopicRequest(topic=endpoints.topic)
+        async for item in push_changes(url, [request], token=self.config.token):
+            if isinstance(item, Change):
+                await mirror.submit(from_push(item.data, epoch=item.epoch))
+            elif item.get("type") == "subscribed":
+                backoff.reset()
+                self.channel = "push"
+                mirror.epoch = item.get("epoch")
+                log.info(
+                    "push: subscribed to %s (epoch %s, after %s)",
+                    item.get("topic"),
+                    item.get("epoch"),
+                    item.get("position"),
+                )
+        raise PushError("push channel closed")
+
+    async def _catch_up(self) -> None:
+        mirror, _ = self._parts()
+        self.channel = "catch-up"
+        await mirror.drain()
+        since = mirror.watermark.last_time
+        if since is None:
+            await self.baseline(rebaseline=True)
+            return
+        phase = self.reporter.phase("catch-up", None)
+        try:
+            async for change in self._lists.since(since, Channel.ARCHIVE):
+                if self.stopping:
+                    break
+                await mirror.submit(change)
+                phase.advance()
+            await mirror.drain()
+        except ArchiveTooShortError as exc:
+            phase.close()
+            await self._archive_too_short(exc)
+            return
+        phase.close()
+
+    async def _archive_too_short(self, exc: ArchiveTooShortError) -> None:
+        """Rebaseline — unless we just did and the Source's lists still start after its
+        Resource List's ``at``: then the changes in between are unknowable; say so and go on
+        from where the lists start rather than rebaselining forever."""
+        mirror, _ = self._parts()
+        if (
+            self._rebaselined_at is not None
+            and mirror.watermark.last_time == self._rebaselined_at
+            and exc.earliest is not None
+        ):
+            log.warning(
+                "%s, even right after a baseline: the Source's Change Lists start after its "
+                "Resource List; following them from %s",
+                exc,
+                format_w3c_datetime(exc.earliest),
+            )
+            mirror.set_watermark(Watermark(mirror.epoch, None, exc.earliest))
+            return
+        await self._rebaseline(exc)
+        self._rebaselined_at = mirror.watermark.last_time
+
+    async def _rebaseline(self, exc: ArchiveTooShortError) -> None:
+        log.warning("%s: rebaselining", exc)
+        if self._events is not None:
+            self._events(
+                {
+                    "event": "rebaseline",
+                    "reason": str(exc),
+                    "applied": format_w3c_datetime(datetime.now(UTC)),
+                }
+            )
+        self.rebaselines += 1
+        await self.baseline(rebaseline=True)
+
+    async def _poll_for(self, seconds: float | None) -> None:
+        """Poll the open Change List every ``poll_interval`` for ``seconds`` (None: until
+        stopped)."""
+        mirror, _ = self._parts()
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None else loop.time() + seconds
+        self.channel = "poll"
+        while not self.stopping:
+            try:
+                async for change in self._lists.poll(mirror.watermark.last_time):
+                    if self.stopping:
+                        break
+                    await mirror.submit(change)
+                await mirror.drain()
+            except ArchiveTooShortError as exc:
+                await mirror.drain()
+                await self._archive_too_short(exc)
+            except SourceError as exc:
+                log.warning("poll: %s", exc)
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return
+            wait = (
+                self.config.poll_interval
+                if remaining is None
+                else min(self.config.poll_interval, remaining)
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), wait)
+
+    async def _until_stopped(self, session: Any) -> None:
+        """Run ``session`` until it ends or :meth:`stop` is called (then cancel it)."""
+        task = asyncio.ensure_future(session)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.done() and not task.cancelled():
+            task.result()
+
+    def _parts(self) -> tuple[Mirror, TopicEndpoints]:
+        assert self.mirror is not None and self.endpoints is not None
+        return self.mirror, self.endpoints

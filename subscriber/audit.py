@@ -1,0 +1,175 @@
+"""``rs-subscribe audit``: compare the mirror with the Source's Resource List (Z39.99 §4.1
+"audit"), and with ``--repair`` make it equal.
+
+*missing*: listed by the Source, no file here; *different*: the file's length or a hash
+differs from the list's; *extra*: a file here the Source does not list (or no mapping turns
+into a URI). Files under ``.rs-subscribe/`` are the agent's own and never count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+import httpx
+
+from .agent import USER_AGENT, AgentConfig
+from .appliers import FilesystemApplier
+from .baseline import open_resource_list, resource_list_changes
+from .changes import Channel, ResourceChange
+from .checkpoint import Checkpoint
+from .decide import ResourceState
+from .discovery import discover
+from .errors import SourceError, SubscriberError, UnmappedURIError
+from .fetch import Fetcher, check
+from .mapping import STATE_DIR, UriMap
+from .progress import LogReporter, Reporter
+from .reader import DocumentReader
+
+
+@dataclass
+class AuditReport:
+    listed: int = 0
+    missing: list[str] = field(default_factory=list)
+    different: list[tuple[str, str]] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    unmapped: list[tuple[str, str]] = field(default_factory=list)
+    repaired: int = 0
+    repair_failures: list[str] = field(default_factory=list)
+
+    @property
+    def in_sync(self) -> bool:
+        return not (self.missing or self.different or self.extra or self.unmapped)
+
+
+def file_digests(path: Path, names: set[str]) -> tuple[int, dict[str, bytes]]:
+    hashers = {name: hashlib.new(name) for name in names}
+    length = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            length += len(chunk)
+            for hasher in hashers.values():
+                hasher.update(chunk)
+    return length, {name: h.digest() for name, h in hashers.items()}
+
+
+def _local_files(dest: Path) -> list[PurePosixPath]:
+    found: list[PurePosixPath] = []
+    for root, dirs, files in os.walk(dest):
+        relative_root = Path(root).relative_to(dest)
+        if relative_root == Path("."):
+            dirs[:] = [d for d in dirs if d != STATE_DIR]
+        found.extend(PurePosixPath(relative_root.as_posix(), name) for name in files)
+    return [PurePosixPath(*p.parts) for p in found]
+
+
+async def audit(
+    config: AgentConfig, *, repair: bool = False, reporter: Reporter | None = None
+) -> AuditReport:
+    reporter = reporter or LogReporter()
+    report = AuditReport()
+    headers = {"User-Agent": USER_AGENT}
+    async with httpx.AsyncClient(
+        timeout=config.http_timeout, follow_redirects=True, headers=headers
+    ) as client:
+        endpoints = await discover(client, config.source_url, config.topic)
+        if endpoints.resource_list is None:
+            raise SourceError(
+                f"{endpoints.capability_list} offers no Resource List to audit against"
+            )
+        uri_map = UriMap.build(config.maps or [(endpoints.base_uri, "")])
+        source = await open_resource_list(DocumentReader(client), endpoints.resource_list)
+        listed: dict[PurePosixPath, ResourceChange] = {}
+        phase = reporter.phase("audit", source.total)
+        try:
+            async for change in resource_list_changes(source):
+                if not config.change_filter.wants(change):
+                    continue
+                report.listed += 1
+                try:
+                    relative = uri_map.path_for(change.uri)
+                except UnmappedURIError as exc:
+                    report.unmapped.append((change.uri, exc.reason))
+                    continue
+                listed[relative] = change
+                path = config.dest.joinpath(*relative.parts)
+                if not path.is_file():
+                    report.missing.append(change.uri)
+                else:
+                    names = {n for h in change.hashes if (n := h.hashlib_name) is not None}
+                    length, digests = await asyncio.to_thread(file_digests, path, names)
+                    problem = check(change, length, digests)
+                    if problem is not None:
+                        report.different.append((change.uri, problem))
+                phase.advance()
+        finally:
+            phase.close()
+        local = await asyncio.to_thread(_local_files, config.dest)
+        report.extra = sorted(str(p) for p in local if p not in listed)
+        if repair and not report.in_sync:
+            await _repair(
+                config, client, endpoints.capability_list, endpoints.topic, uri_map, listed, report
+            )
+    return report
+
+
+async def _repair(
+    config: AgentConfig,
+    client: httpx.AsyncClient,
+    source_key: str,
+    topic: str,
+    uri_map: UriMap,
+    listed: dict[PurePosixPath, ResourceChange],
+    report: AuditReport,
+) -> None:
+    """Fetch what is missing or different, delete what is extra, and record it all in the
+    checkpoint (so a later ``run`` agrees with the repaired mirror)."""
+    by_uri = {change.uri: (relative, change) for relative, change in listed.items()}
+    applier = FilesystemApplier(config.dest)
+    fetcher = Fetcher(
+        client, config.dest / STATE_DIR / "tmp", tries=config.tries, max_bytes=config.max_bytes
+    )
+    now = datetime.now(UTC)
+    with Checkpoint(config.state_path, source_key, topic) as checkpoint:
+        for uri in [*report.missing, *(u for u, _ in report.different)]:
+            relative, change = by_uri[uri]
+            change = ResourceChange(
+                uri,
+                change.change,
+                change.time,
+                Channel.AUDIT,
+                change.length,
+                change.hashes,
+                change.media_type,
+                change.links,
+            )
+            try:
+                fetched = await fetcher.fetch(change)
+                try:
+                    await applier.apply(change, relative, fetched.path)
+                finally:
+                    fetched.path.unlink(missing_ok=True)
+            except (SubscriberError, OSError) as exc:
+                report.repair_failures.append(f"{uri}: {exc}")
+                continue
+            hash_text = " ".join(str(h) for h in change.hashes) or f"sha256:{fetched.sha256}"
+            checkpoint.record(
+                change,
+                ResourceState(
+                    uri, change.time, "created", fetched.length, hash_text, str(relative)
+                ),
+                None,
+                now=now,
+            )
+            report.repaired += 1
+        for extra in report.extra:
+            path = config.dest / extra
+            path.unlink(missing_ok=True)
+            extra_uri = uri_map.uri_for(PurePosixPath(extra))
+            if extra_uri is not None:
+                checkpoint.forget(extra_uri)
+            report.repaired += 1

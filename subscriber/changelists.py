@@ -1,0 +1,177 @@
+"""Following a Source's Change Lists: polling the open one, walking the archives.
+
+Z39.99 §12.1: a Change List covers the interval from ``from`` to ``until`` (an open list has
+no ``until`` yet); entries are in forward chronological order. A Change List Index (§12.2)
+and a Change List Archive (archives spec §5) list Change Lists with their intervals, oldest
+first. From those the walker finds every change at or after a point in time, in order:
+
+* :meth:`ChangeLists.since` — catch-up: the closed lists whose interval reaches that point,
+  then the open list. If no list reaches back that far the archive is *too short*
+  (:class:`ArchiveTooShortError`) and only a new baseline can answer.
+* :meth:`ChangeLists.poll` — one conditional GET of the open list. When its ``from`` moved
+  past what we hold (a list closed between two polls) or the list itself closed, it falls
+  back to :meth:`since`, which also finds the next open list (via the Capability List).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from resourcesync import Capability, Document
+
+from .changes import Channel, ResourceChange, from_entry
+from .errors import SourceError
+from .reader import DocumentReader
+
+MAX_ARCHIVE_PARTS = 1000
+"""An archive index naming more parts than this is refused (a hostile or broken Source)."""
+
+
+class ArchiveTooShortError(SourceError):
+    def __init__(self, since: datetime, earliest: datetime | None) -> None:
+        reach = "no Change Lists at all" if earliest is None else f"lists from {earliest}"
+        super().__init__(f"the Source's change history does not reach back to {since} ({reach})")
+        self.since = since
+        self.earliest = earliest
+
+
+@dataclass(frozen=True, slots=True)
+class ListRef:
+    url: str
+    start: datetime | None
+    until: datetime | None
+
+
+class ChangeLists:
+    def __init__(
+        self,
+        reader: DocumentReader,
+        *,
+        capability_list: str,
+        change_list: str | None,
+        archive: str | None,
+    ) -> None:
+        self.reader = reader
+        self.capability_list = capability_list
+        self.change_list = change_list
+        self.archive = archive
+
+    async def since(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
+        """Every change at or after ``moment``: closed lists first, then the open one."""
+        refs = await self._lists()
+        earliest = min((r.start for r in refs if r.start is not None), default=None)
+        if earliest is None or earliest > moment:
+            raise ArchiveTooShortError(moment, earliest)
+        for ref in refs:
+            if ref.until is not None and ref.until < moment:
+                continue
+            document = await self.reader.get(ref.url, conditional=ref.until is None)
+            if document is None:  # an open list we just read: fetch it again unconditionally
+                self.reader.forget(ref.url)
+                document = await self.reader.get(ref.url, conditional=True)
+                assert document is not None
+            for change in _changes(document, moment, channel):
+                yield change
+
+    async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
+        """Changes at or after ``moment`` in the open list, if it changed since the last poll."""
+        url = await self._open_list_url()
+        document = await self.reader.get(url, conditional=True)
+        if document is None:
+            return
+        start, until = document.md.from_, document.md.until
+        if document.is_index or (
+            moment is not None and ((start is not None and start > moment) or until is not None)
+        ):
+            # A list closed since we last looked: changes between our point and the open
+            # list's start are in closed lists now.
+            if moment is None:
+                raise SourceError(f"{url} is not an open Change List and no start time is known")
+            async for change in self.since(moment, Channel.POLL):
+                yield change
+            return
+        for change in _changes(document, moment, Channel.POLL):
+            yield change
+
+    async def _open_list_url(self) -> str:
+        if self.change_list is None:
+            raise SourceError(f"{self.capability_list} lists no Change List to poll")
+        return self.change_list
+
+    async def _lists(self) -> list[ListRef]:
+        """Every Change List the Source names (archive, index, the Capability List's own),
+        oldest first, each once."""
+        refs: dict[str, ListRef] = {}
+        if self.archive is not None:
+            for ref in await self._expand(self.archive, depth=0):
+                refs[ref.url] = ref
+        # The Capability List names the current list (or index) — re-read it: a Source may
+        # point it at a new list when one closes.
+        capabilities = await self.reader.get(self.capability_list)
+        assert capabilities is not None
+        current = next(
+            (
+                e.loc
+                for e in capabilities.entries
+                if e.md and e.md.capability == Capability.CHANGELIST
+            ),
+            self.change_list,
+        )
+        if current is not None:
+            self.change_list = current
+            for ref in await self._expand(current, depth=0):
+                refs.setdefault(ref.url, ref)
+        return sorted(refs.values(), key=_order)
+
+    async def _expand(self, url: str, depth: int) -> list[ListRef]:
+        if depth > 2:
+            raise SourceError(f"{url}: archive indexes nested too deep")
+        document = await self.reader.get(url)
+        assert document is not None
+        capability = document.md.capability
+        if capability == Capability.CHANGELIST and not document.is_index:
+            return [ListRef(url, document.md.from_, document.md.until)]
+        if capability == Capability.CHANGELIST:  # a Change List Index: entries are lists
+            return [
+                _ref(e.loc, e.md.from_ if e.md else None, e.md.until if e.md else None)
+                for e in document.entries
+            ]
+        if capability == Capability.CHANGELIST_ARCHIVE:
+            if not document.is_index:
+                return [
+                    _ref(e.loc, e.md.from_ if e.md else None, e.md.until if e.md else None)
+                    for e in document.entries
+                ]
+            if len(document.entries) > MAX_ARCHIVE_PARTS:
+                raise SourceError(f"{url}: more than {MAX_ARCHIVE_PARTS} archive parts")
+            refs: list[ListRef] = []
+            for part in document.entries:
+                refs.extend(await self._expand(part.loc, depth + 1))
+            return refs
+        raise SourceError(f"{url} is a {document.type}, not a Change List, index or archive")
+
+
+def _ref(url: str, start: datetime | None, until: datetime | None) -> ListRef:
+    return ListRef(url, start, until)
+
+
+def _order(ref: ListRef) -> tuple[bool, datetime, datetime]:
+    # Closed lists by start; open lists (no until) last.
+    return (ref.until is None, ref.start or _DAWN, ref.until or _DAWN)
+
+
+_DAWN = datetime(1, 1, 1, tzinfo=UTC)
+
+
+def _changes(document: Document, moment: datetime | None, channel: Channel) -> list[ResourceChange]:
+    if document.md.capability != Capability.CHANGELIST or document.is_index:
+        raise SourceError(f"expected a Change List, got a {document.type}")
+    changes = []
+    for entry in document.entries:
+        change = from_entry(entry, channel)
+        if change is None or (moment is not None and change.time < moment):
+            continue
+        changes.append(change)
+    return changes

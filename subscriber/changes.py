@@ -1,0 +1,120 @@
+"""One change as the agent handles it, whichever channel brought it.
+
+A Resource List entry (baseline), a pushed change and a Change List entry (poll, archive) all
+become a :class:`ResourceChange`: URI, change type, change time, what the Source says about
+the content (length, hashes), and the links filters look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from resourcesync import Entry, Link
+from resourcesync.hashes import HashSyntaxError, HashValue, parse_hashes
+from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+
+
+class Channel(StrEnum):
+    BASELINE = "baseline"
+    PUSH = "push"
+    POLL = "poll"
+    ARCHIVE = "archive"
+    AUDIT = "audit"
+
+
+class ChangeType(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceChange:
+    uri: str
+    change: ChangeType
+    time: datetime
+    channel: Channel
+    length: int | None = None
+    hashes: tuple[HashValue, ...] = ()
+    media_type: str | None = None
+    links: tuple[Link, ...] = ()
+    position: str | None = None
+    epoch: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def key(self) -> tuple[str, datetime, str]:
+        """What apply is idempotent on (DESIGN.md: URI, change datetime, change type)."""
+        return (self.uri, self.time, self.change)
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "uri": self.uri,
+            "change": str(self.change),
+            "time": format_w3c_datetime(self.time),
+            "channel": str(self.channel),
+        }
+        if self.position is not None:
+            data["position"] = self.position
+        if self.length is not None:
+            data["length"] = self.length
+        if self.hashes:
+            data["hash"] = " ".join(str(h) for h in self.hashes)
+        if self.media_type is not None:
+            data["type"] = self.media_type
+        return data
+
+
+def from_entry(
+    entry: Entry, channel: Channel, *, default_time: datetime | None = None
+) -> ResourceChange | None:
+    """A Resource List entry (no ``change``: it is the resource's current state, applied as
+    ``created``) or a Change List entry. None when the entry has no usable time."""
+    md = entry.md
+    change = ChangeType(md.change) if md is not None and md.change in _CHANGES else None
+    if change is None:
+        if md is not None and md.change is not None:
+            return None  # a change type we do not know: never guess
+        change = ChangeType.CREATED
+    when = entry.change_time or default_time
+    if when is None:
+        return None
+    return ResourceChange(
+        uri=entry.loc,
+        change=change,
+        time=when,
+        channel=channel,
+        length=entry.length,
+        hashes=entry.hashes,
+        media_type=None if md is None else md.type,
+        links=entry.links,
+    )
+
+
+def from_push(data: dict[str, Any], *, epoch: str) -> ResourceChange:
+    """A change as the hub pushes it (docs/protocol.md, JSON frames)."""
+    hashes: tuple[HashValue, ...] = ()
+    if data.get("hash"):
+        try:
+            hashes = parse_hashes(data["hash"])
+        except HashSyntaxError:
+            hashes = ()
+    links = tuple(Link.model_validate(link) for link in data.get("links", ()))
+    return ResourceChange(
+        uri=data["loc"],
+        change=ChangeType(data["change"]),
+        time=parse_w3c_datetime(data["datetime"]),
+        channel=Channel.PUSH,
+        length=data.get("length"),
+        hashes=hashes,
+        media_type=data.get("type"),
+        links=links,
+        position=data["position"],
+        epoch=epoch,
+    )
+
+
+_CHANGES = frozenset(c.value for c in ChangeType)

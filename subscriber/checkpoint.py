@@ -1,0 +1,333 @@
+"""The agent's durable checkpoint: one SQLite file.
+
+Per Source and topic: the epoch, the last position and the last change time applied (the
+*watermark*: every change up to it is done), the Resource List ``at`` of the last baseline.
+Per resource: change time, change type, length, hash and file path. A resource's new state
+and the watermark it allows are written in the same transaction, so a crash at any point
+leaves a state the agent resumes from without losing or re-doing a change (re-delivered
+changes are skipped by :func:`subscriber.decide.decide`).
+
+A lock file beside the database (``flock``) stops two agents from sharing one state.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+
+from .changes import ResourceChange
+from .decide import ResourceState
+from .errors import StateLockedError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    source TEXT NOT NULL, topic TEXT NOT NULL,
+    epoch TEXT, position TEXT, last_time_us INTEGER, baseline_at_us INTEGER,
+    updated_us INTEGER,
+    PRIMARY KEY (source, topic));
+CREATE TABLE IF NOT EXISTS resources (
+    source TEXT NOT NULL, topic TEXT NOT NULL, uri TEXT NOT NULL,
+    time_us INTEGER NOT NULL, change TEXT NOT NULL, length INTEGER, hash TEXT, path TEXT,
+    PRIMARY KEY (source, topic, uri)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS failures (
+    source TEXT NOT NULL, topic TEXT NOT NULL, uri TEXT NOT NULL,
+    time_us INTEGER NOT NULL, change TEXT NOT NULL, reason TEXT NOT NULL, at_us INTEGER,
+    PRIMARY KEY (source, topic, uri)) WITHOUT ROWID;
+"""
+
+
+def _us(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _time(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Where a topic's sync stands: everything at or before it is applied."""
+
+    epoch: str | None
+    position: str | None
+    """The hub's stream position, when the last change came by push; None after polling."""
+    last_time: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicState:
+    source: str
+    topic: str
+    watermark: Watermark
+    baseline_at: datetime | None
+    updated: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    uri: str
+    time: datetime
+    change: str
+    reason: str
+
+
+class Checkpoint:
+    """The state of one (Source, topic) in a state file shared by nothing else."""
+
+    def __init__(self, path: Path, source: str, topic: str) -> None:
+        self.path = path
+        self.source = source
+        self.topic = topic
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(path)
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives the agent crashing; only a power loss may
+            # undo the last ones, and those changes are simply applied again.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            _unlock(self._lock)
+            raise
+
+    def close(self) -> None:
+        self._db.close()
+        _unlock(self._lock)
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def state(self) -> TopicState | None:
+        row = self._db.execute(
+            "SELECT epoch, position, last_time_us, baseline_at_us, updated_us FROM topics "
+            "WHERE source = ? AND topic = ?",
+            (self.source, self.topic),
+        ).fetchone()
+        if row is None:
+            return None
+        epoch, position, last_us, baseline_us, updated_us = row
+        return TopicState(
+            self.source,
+            self.topic,
+            Watermark(epoch, position, None if last_us is None else _time(last_us)),
+            None if baseline_us is None else _time(baseline_us),
+            None if updated_us is None else _time(updated_us),
+        )
+
+    def resource(self, uri: str) -> ResourceState | None:
+        row = self._db.execute(
+            "SELECT time_us, change, length, hash, path FROM resources "
+            "WHERE source = ? AND topic = ? AND uri = ?",
+            (self.source, self.topic, uri),
+        ).fetchone()
+        if row is None:
+            return None
+        return ResourceState(uri, _time(row[0]), row[1], row[2], row[3], row[4])
+
+    def resources(self) -> Iterator[ResourceState]:
+        """Every resource the mirror holds (tombstones left out), by URI."""
+        for uri, time_us, change, length, hash_, path in self._db.execute(
+            "SELECT uri, time_us, change, length, hash, path FROM resources "
+            "WHERE source = ? AND topic = ? AND change != 'deleted' ORDER BY uri",
+            (self.source, self.topic),
+        ):
+            yield ResourceState(uri, _time(time_us), change, length, hash_, path)
+
+    def failures(self) -> list[Failure]:
+        return [
+            Failure(uri, _time(t), change, reason)
+            for uri, t, change, reason in self._db.execute(
+                "SELECT uri, time_us, change, reason FROM failures "
+                "WHERE source = ? AND topic = ? ORDER BY uri",
+                (self.source, self.topic),
+            )
+        ]
+
+    # --- writing: every method is one transaction ------------------------------------------
+
+    def record(
+        self,
+        change: ResourceChange,
+        state: ResourceState | None,
+        watermark: Watermark | None,
+        *,
+        now: datetime,
+    ) -> None:
+        """The outcome of one change: the resource's new state (None: unchanged), its failure
+        row cleared, and the watermark it moves (None: unchanged) — atomically."""
+        with self._transaction():
+            if state is not None:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO resources VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        self.source,
+                        self.topic,
+                        state.uri,
+                        _us(state.time),
+                        state.change,
+                        state.length,
+                        state.hash,
+                        state.path,
+                    ),
+                )
+                self._db.execute(
+                    "DELETE FROM failures WHERE source = ? AND topic = ? AND uri = ? "
+                    "AND time_us <= ?",
+                    (self.source, self.topic, change.uri, _us(change.time)),
+                )
+            if watermark is not None:
+                self._set_watermark(watermark, now)
+
+    def record_failure(
+        self, change: ResourceChange, reason: str, watermark: Watermark | None, *, now: datetime
+    ) -> None:
+        """A change that could not be applied: remembered for ``status`` and ``audit
+        --repair``; the watermark still moves so one bad resource cannot stall the rest."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.source,
+                    self.topic,
+                    change.uri,
+                    _us(change.time),
+                    str(change.change),
+                    reason,
+                    _us(now),
+                ),
+            )
+            if watermark is not None:
+                self._set_watermark(watermark, now)
+
+    def set_watermark(self, watermark: Watermark, *, now: datetime) -> None:
+        with self._transaction():
+            self._set_watermark(watermark, now)
+
+    def start_baseline(self, *, now: datetime) -> None:
+        """A new baseline: the topic's watermark is forgotten until the baseline completes
+        (an interrupted baseline starts over; resources already fetched are not fetched
+        again, see :func:`subscriber.decide.decide`)."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO topics (source, topic, updated_us) VALUES (?, ?, ?) "
+                "ON CONFLICT (source, topic) DO UPDATE SET epoch = NULL, position = NULL, "
+                "last_time_us = NULL, baseline_at_us = NULL, updated_us = excluded.updated_us",
+                (self.source, self.topic, _us(now)),
+            )
+
+    def finish_baseline(self, at: datetime, watermark: Watermark, *, now: datetime) -> None:
+        with self._transaction():
+            self._set_watermark(watermark, now)
+            self._db.execute(
+                "UPDATE topics SET baseline_at_us = ? WHERE source = ? AND topic = ?",
+                (_us(at), self.source, self.topic),
+            )
+
+    def forget(self, uri: str) -> None:
+        with self._transaction():
+            self._db.execute(
+                "DELETE FROM resources WHERE source = ? AND topic = ? AND uri = ?",
+                (self.source, self.topic, uri),
+            )
+
+    def _set_watermark(self, watermark: Watermark, now: datetime) -> None:
+        last = None if watermark.last_time is None else _us(watermark.last_time)
+        self._db.execute(
+            "INSERT INTO topics (source, topic, epoch, position, last_time_us, updated_us) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (source, topic) DO UPDATE SET "
+            "epoch = excluded.epoch, position = excluded.position, "
+            "last_time_us = excluded.last_time_us, updated_us = excluded.updated_us",
+            (self.source, self.topic, watermark.epoch, watermark.position, last, _us(now)),
+        )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def list_topics(path: Path) -> list[tuple[TopicState, dict[str, int]]]:
+    """Every (Source, topic) in a state file with counts of resources, tombstones and
+    failures — read-only, without the lock, so it works while an agent runs."""
+    if not path.exists():
+        raise FileNotFoundError(f"no state file at {path}")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT source, topic, epoch, position, last_time_us, baseline_at_us, updated_us "
+            "FROM topics ORDER BY source, topic"
+        ).fetchall()
+        result = []
+        for source, topic, epoch, position, last, base, upd in rows:
+            state = TopicState(
+                source,
+                topic,
+                Watermark(epoch, position, None if last is None else _time(last)),
+                None if base is None else _time(base),
+                None if upd is None else _time(upd),
+            )
+            held, tombstones = db.execute(
+                "SELECT coalesce(sum(change != 'deleted'), 0), "
+                "coalesce(sum(change = 'deleted'), 0) FROM resources "
+                "WHERE source = ? AND topic = ?",
+                (source, topic),
+            ).fetchone()
+            failures = db.execute(
+                "SELECT count(*) FROM failures WHERE source = ? AND topic = ?", (source, topic)
+            ).fetchone()[0]
+            result.append(
+                (state, {"resources": held, "tombstones": tombstones, "failures": failures})
+            )
+    finally:
+        db.close()
+    return result
+
+
+def _lock(path: Path) -> int:
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateLockedError(
+            f"{path} is in use by another rs-subscribe (pid {holder}); one state file per agent"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)

@@ -1,0 +1,82 @@
+"""Whether a change needs applying, given what the mirror holds (pure).
+
+Apply is idempotent on (URI, change time, change type) and never goes back in time: a change
+older than the resource's recorded state is skipped (DESIGN.md "at-least-once delivery,
+idempotent apply"). A deletion leaves a tombstone, so a late replay of an older ``created``
+cannot resurrect the resource.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from resourcesync.hashes import DigestEncoding, HashValue, parse_hashes
+
+from .changes import ChangeType, ResourceChange
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceState:
+    """What the checkpoint records per resource."""
+
+    uri: str
+    time: datetime
+    change: str
+    length: int | None
+    hash: str | None
+    """The Source's ``hash`` attribute as given (any encoding), or our own ``sha256:`` hex."""
+    path: str | None
+
+    @property
+    def hashes(self) -> tuple[HashValue, ...]:
+        return parse_hashes(self.hash) if self.hash else ()
+
+
+class Decision(StrEnum):
+    APPLY = "apply"
+    SKIP_OLDER = "skip-older"
+    SKIP_DUPLICATE = "skip-duplicate"
+    SAME_CONTENT = "same-content"
+    """The mirror already holds these bytes (same length and hash): record, do not fetch."""
+
+
+def decide(stored: ResourceState | None, change: ResourceChange) -> Decision:
+    if stored is None:
+        return Decision.APPLY
+    if change.time < stored.time:
+        return Decision.SKIP_OLDER
+    if change.time == stored.time and change.change == stored.change:
+        return Decision.SKIP_DUPLICATE
+    if (
+        change.change != ChangeType.DELETED
+        and stored.change != ChangeType.DELETED
+        and change.length is not None
+        and change.length == stored.length
+        and _same_digest(change.hashes, stored.hashes)
+    ):
+        return Decision.SAME_CONTENT
+    return Decision.APPLY
+
+
+def _same_digest(announced: tuple[HashValue, ...], held: tuple[HashValue, ...]) -> bool:
+    """True when some algorithm appears in both with the same digest (hex or base64)."""
+    for new in announced:
+        for old in held:
+            if new.algorithm.lower() != old.algorithm.lower():
+                continue
+            raw = _raw(old)
+            if raw is not None and new.matches_digest(raw):
+                return True
+    return False
+
+
+def _raw(value: HashValue) -> bytes | None:
+    if value.encoding is DigestEncoding.HEX:
+        return bytes.fromhex(value.digest)
+    if value.encoding is DigestEncoding.BASE64:
+        padded = value.digest + "=" * (-len(value.digest) % 4)
+        return base64.b64decode(padded.replace("-", "+").replace("_", "/"))
+    return None

@@ -1,0 +1,121 @@
+"""Fetching a resource into a temp file and checking it against what the Source announced.
+
+Bytes are hashed while they stream to disk, with every algorithm the change names; the file
+is handed on only when its length and every computable hash match (hex or base64 digests
+alike). A mismatch is retried — the Source may have been caught mid-update — and then
+reported; a mismatching file is deleted, never renamed into the mirror.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from .changes import ResourceChange
+from .errors import FetchError, VerificationError
+
+DEFAULT_TRIES = 3
+DEFAULT_MAX_BYTES = 1 << 30
+"""No single resource larger than this (1 GiB) is written; override with ``max_bytes``."""
+
+_RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    path: Path
+    """A temp file inside the destination's state directory: rename it or delete it."""
+    length: int
+    sha256: str
+    """Our own digest of the bytes, kept when the Source gave no hash."""
+
+
+def check(change: ResourceChange, length: int, digests: dict[str, bytes]) -> str | None:
+    """None when the bytes match the announcement, else what differs (pure)."""
+    if change.length is not None and change.length != length:
+        return f"length {length} != announced {change.length}"
+    for value in change.hashes:
+        name = value.hashlib_name
+        if name is None:
+            continue  # an algorithm we cannot compute: nothing to check it against
+        if not value.matches_digest(digests[name]):
+            return f"{value.algorithm} digest {digests[name].hex()} != announced {value.digest}"
+    return None
+
+
+class Fetcher:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        temp_dir: Path,
+        *,
+        tries: int = DEFAULT_TRIES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        retry_delay: float = 0.5,
+    ) -> None:
+        self.client = client
+        self.temp_dir = temp_dir
+        self.tries = tries
+        self.max_bytes = max_bytes
+        self.retry_delay = retry_delay
+        temp_dir.mkdir(parents=True, exist_ok=True)
+
+    async def fetch(self, change: ResourceChange) -> Fetched:
+        """Download and verify; raise :class:`FetchError` / :class:`VerificationError` after
+        ``tries`` attempts."""
+        for attempt in range(1, self.tries + 1):
+            try:
+                return await self._once(change)
+            except FetchError as exc:
+                if not exc.retryable or attempt == self.tries:
+                    raise
+                # Jittered backoff: a Source mid-update (or overloaded) gets time to settle.
+                await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1) * random.uniform(0.5, 1))
+        raise AssertionError("unreachable")
+
+    async def _once(self, change: ResourceChange) -> Fetched:
+        names = {"sha256"} | {n for h in change.hashes if (n := h.hashlib_name) is not None}
+        hashers = {name: hashlib.new(name) for name in names}
+        fd, name = tempfile.mkstemp(dir=self.temp_dir, prefix="fetch-", suffix=".part")
+        path = Path(name)
+        ok = False
+        try:
+            length = 0
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    async with self.client.stream("GET", change.uri) as reply:
+                        if reply.status_code != 200:
+                            raise FetchError(
+                                change.uri,
+                                f"HTTP {reply.status_code}",
+                                retryable=reply.status_code in _RETRY_STATUS,
+                            )
+                        async for chunk in reply.aiter_bytes():
+                            length += len(chunk)
+                            if length > self.max_bytes:
+                                raise FetchError(
+                                    change.uri,
+                                    f"larger than the {self.max_bytes}-byte limit",
+                                    retryable=False,
+                                )
+                            for hasher in hashers.values():
+                                hasher.update(chunk)
+                            out.write(chunk)
+                except httpx.HTTPError as exc:
+                    raise FetchError(change.uri, f"{type(exc).__name__}: {exc}") from exc
+            digests = {n: h.digest() for n, h in hashers.items()}
+            problem = check(change, length, digests)
+            if problem is not None:
+                raise VerificationError(change.uri, problem)
+            ok = True
+            return Fetched(path, length, digests["sha256"].hex())
+        finally:
+            if not ok:
+                path.unlink(missing_ok=True)

@@ -1,0 +1,139 @@
+"""URI → file path mapping (pure: no file system access).
+
+``--map URI=DIR`` pairs map every URI under a prefix onto a directory; by default the Source's
+base URI maps onto ``--dest``. A URI is refused — reported, never written — when no prefix
+covers it (a foreign host), or when its path would leave the directory: ``..`` or ``.``
+segments (also percent-encoded), encoded slashes or backslashes, NUL bytes, or names the
+agent keeps for itself. Whatever the mapping says, the applier checks once more, on the real
+file system, that the final path (symlinks resolved) stays inside the destination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from urllib.parse import quote, unquote, urlsplit
+
+from .errors import UnmappedURIError
+
+STATE_DIR = ".rs-subscribe"
+"""Inside the destination: the default state file and in-flight temp files live here."""
+
+INDEX_NAME = "index"
+"""The file name for a URI whose path ends in ``/`` (a directory has no bytes of its own)."""
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    scheme: str
+    host: str
+    port: int | None
+    segments: tuple[str, ...]
+
+    @property
+    def origin(self) -> tuple[str, str, int | None]:
+        return (self.scheme, self.host, self.port)
+
+    @classmethod
+    def parse(cls, uri: str) -> _Prefix:
+        parts = urlsplit(uri)
+        if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+            raise ValueError(f"{uri!r} is not an http(s) URI")
+        port = parts.port or _DEFAULT_PORTS[parts.scheme]
+        return cls(parts.scheme, parts.hostname.lower(), port, _segments(parts.path))
+
+
+def _segments(path: str) -> tuple[str, ...]:
+    return tuple(s for s in path.split("/") if s)
+
+
+@dataclass(frozen=True, slots=True)
+class UriMap:
+    """Prefix → relative directory pairs, most specific prefix first."""
+
+    rules: tuple[tuple[str, PurePosixPath], ...]
+
+    @classmethod
+    def build(cls, pairs: Iterable[tuple[str, str]]) -> UriMap:
+        """``pairs`` of (URI prefix, directory relative to the destination, '' for its root)."""
+        rules = []
+        for uri, directory in pairs:
+            _Prefix.parse(uri)  # fail early, with the offending value
+            relative = PurePosixPath(directory) if directory else PurePosixPath()
+            if relative.is_absolute() or ".." in relative.parts:
+                raise ValueError(f"map target {directory!r} must stay inside the destination")
+            rules.append((uri, relative))
+        # Longest prefix first: "http://x/a/b/" wins over "http://x/".
+        rules.sort(key=lambda rule: len(_Prefix.parse(rule[0]).segments), reverse=True)
+        return cls(tuple(rules))
+
+    def path_for(self, uri: str) -> PurePosixPath:
+        """The destination-relative path for ``uri``; :class:`UnmappedURIError` if none."""
+        try:
+            target = _Prefix.parse(uri)
+        except ValueError as exc:
+            raise UnmappedURIError(uri, str(exc)) from None
+        parts = urlsplit(uri)
+        for prefix_uri, directory in self.rules:
+            prefix = _Prefix.parse(prefix_uri)
+            if (prefix.scheme, prefix.host, prefix.port) != (
+                target.scheme,
+                target.host,
+                target.port,
+            ):
+                continue
+            if target.segments[: len(prefix.segments)] != prefix.segments:
+                continue
+            rest = list(target.segments[len(prefix.segments) :])
+            if not rest or parts.path.endswith("/"):
+                rest.append(INDEX_NAME)
+            names = [_safe_name(uri, segment) for segment in rest]
+            if parts.query:
+                # Keep query strings apart: "a?x=1" → "a%3Fx%3D1", reversible and flat.
+                names[-1] += "%3F" + quote(parts.query, safe="")
+            path = directory.joinpath(*names)
+            if path.parts and path.parts[0] == STATE_DIR:
+                raise UnmappedURIError(uri, f"maps into the agent's own {STATE_DIR}/ directory")
+            return path
+        covered = ", ".join(rule[0] for rule in self.rules) or "nothing"
+        raise UnmappedURIError(
+            uri, f"no --map covers it (mapped: {covered}); add --map {_origin(uri)}=DIR"
+        )
+
+    def uri_for(self, path: PurePosixPath) -> str | None:
+        """The inverse, for files found in the destination (audit): None when unmapped."""
+        for prefix_uri, directory in self.rules:
+            if directory.parts and path.parts[: len(directory.parts)] != directory.parts:
+                continue
+            rest = path.parts[len(directory.parts) :]
+            if not rest:
+                continue
+            names = list(rest)
+            query = ""
+            if "%3F" in names[-1]:
+                names[-1], _, encoded = names[-1].partition("%3F")
+                query = "?" + unquote(encoded)
+            if names[-1] == INDEX_NAME:
+                names[-1] = ""
+            base = prefix_uri if prefix_uri.endswith("/") else prefix_uri + "/"
+            return base + "/".join(quote(n, safe="!$&'()*+,;=:@~") for n in names) + query
+        return None
+
+
+def _safe_name(uri: str, segment: str) -> str:
+    name = unquote(segment)
+    if name in (".", ".."):
+        raise UnmappedURIError(uri, f"path segment {segment!r} would leave the destination")
+    if "/" in name or "\\" in name or "\x00" in name:
+        raise UnmappedURIError(uri, f"path segment {segment!r} holds a separator or NUL")
+    if len(name.encode()) > 255:
+        raise UnmappedURIError(uri, "a path segment is longer than a file name may be")
+    return name
+
+
+def _origin(uri: str) -> str:
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc}/"

@@ -1,0 +1,257 @@
+"""Applying changes: filtering, ordering, verification, apply, checkpoint.
+
+Changes of one URI are applied in the order they were submitted; different URIs run
+concurrently, up to ``concurrency`` at once. Each submitted change gets a sequence number;
+the checkpoint's watermark only moves over a gap-free prefix of finished changes, so after a
+crash nothing submitted before the watermark is missing and everything after it is simply
+submitted again (and skipped where already applied: :func:`subscriber.decide.decide`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, deque
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+from resourcesync.w3cdt import format_w3c_datetime
+
+from .appliers import Applier, ApplyError
+from .changes import ChangeType, ResourceChange
+from .checkpoint import Checkpoint, Watermark
+from .decide import Decision, ResourceState, decide
+from .errors import SubscriberError, UnmappedURIError
+from .fetch import Fetched, Fetcher
+from .filters import ChangeFilter
+from .mapping import UriMap
+
+log = logging.getLogger("rs_subscribe")
+
+DEFAULT_CONCURRENCY = 8
+_FLUSH_EVERY = 500
+"""Skipped changes move the watermark in memory; it is written at least this often."""
+
+EventSink = Callable[[dict[str, Any]], None]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Mirror:
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        uri_map: UriMap,
+        applier: Applier,
+        fetcher: Fetcher | None,
+        *,
+        change_filter: ChangeFilter | None = None,
+        events: EventSink | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.uri_map = uri_map
+        self.applier = applier
+        self.fetcher = fetcher
+        """None: metadata-only — record changes without fetching (the benchmark's mode)."""
+        self.filter = change_filter or ChangeFilter()
+        self.events = events
+        self.clock = clock
+        self.stats: Counter[str] = Counter()
+        state = checkpoint.state()
+        self.watermark = state.watermark if state is not None else Watermark(None, None, None)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._lanes: dict[str, asyncio.Task[None]] = {}
+        self._order: deque[int] = deque()
+        self._pending: dict[int, ResourceChange] = {}
+        self._done: set[int] = set()
+        self._seq = 0
+        self._dirty = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.epoch: str | None = self.watermark.epoch
+        self.hold_watermark = False
+        """True during a baseline: the checkpoint's watermark must not move until it ends."""
+
+    # --- submitting ------------------------------------------------------------------------
+
+    async def submit(self, change: ResourceChange, content: Fetched | None = None) -> None:
+        """Queue a change; waits while ``concurrency`` changes are in flight. ``content``:
+        bytes already verified (from a Resource Dump package) instead of a fetch."""
+        await self._slots.acquire()
+        self._seq += 1
+        seq = self._seq
+        self._order.append(seq)
+        self._pending[seq] = change
+        self._idle.clear()
+        previous = self._lanes.get(change.uri)
+        task = asyncio.create_task(
+            self._run(seq, change, previous, content), name=f"apply {change.uri}"
+        )
+        self._lanes[change.uri] = task
+
+    async def drain(self) -> None:
+        """Wait until every submitted change is finished, then write the watermark."""
+        await self._idle.wait()
+        self.flush()
+
+    def flush(self) -> None:
+        if self._dirty and not self.hold_watermark:
+            self.checkpoint.set_watermark(self.watermark, now=self.clock())
+            self._dirty = 0
+
+    def set_watermark(self, watermark: Watermark) -> None:
+        """Move the watermark without a change (a baseline's ``at``, a subscription's
+        starting point). Only when nothing is in flight."""
+        assert self._idle.is_set(), "set_watermark while changes are in flight"
+        self.watermark = watermark
+        self.epoch = watermark.epoch
+        self.checkpoint.set_watermark(watermark, now=self.clock())
+        self._dirty = 0
+
+    # --- applying --------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        seq: int,
+        change: ResourceChange,
+        previous: asyncio.Task[None] | None,
+        content: Fetched | None,
+    ) -> None:
+        try:
+            if previous is not None:
+                # Same URI: strictly after the previous change of it, whatever became of it.
+                await asyncio.wait([previous])
+            state, failure = await self._apply(change, content)
+            self._finish(seq, change, state, failure)
+        finally:
+            if self._lanes.get(change.uri) is asyncio.current_task():
+                del self._lanes[change.uri]
+            self._slots.release()
+
+    async def _apply(
+        self, change: ResourceChange, content: Fetched | None
+    ) -> tuple[ResourceState | None, str | None]:
+        """(new resource state or None, failure reason or None)."""
+        try:
+            return await self._decide_and_apply(change, content)
+        finally:
+            if content is not None:
+                content.path.unlink(missing_ok=True)
+
+    async def _decide_and_apply(
+        self, change: ResourceChange, content: Fetched | None
+    ) -> tuple[ResourceState | None, str | None]:
+        stored = self.checkpoint.resource(change.uri)
+        held = stored is not None and stored.change != ChangeType.DELETED
+        # A deletion of something we hold is applied even if its entry lacks the links the
+        # filter looks for (Change List entries for deletions often carry none).
+        if not (self.filter.wants(change) or (change.change == ChangeType.DELETED and held)):
+            self.stats["filtered"] += 1
+            return None, None
+        decision = decide(stored, change)
+        if decision in (Decision.SKIP_OLDER, Decision.SKIP_DUPLICATE):
+            self.stats[str(decision)] += 1
+            return None, None
+        try:
+            relative = self.uri_map.path_for(change.uri)
+            if decision is Decision.SAME_CONTENT:
+                assert stored is not None
+                self.stats["same-content"] += 1
+                return self._state(change, relative, stored.length, stored.hash), None
+            if change.change == ChangeType.DELETED:
+                await self.applier.apply(change, relative, None)
+                return self._state(change, relative, None, None), None
+            if content is None and self.fetcher is None:
+                await self.applier.apply(change, relative, None)
+                hash_text = " ".join(str(h) for h in change.hashes) or None
+                return self._state(change, relative, change.length, hash_text), None
+            fetched = content or await self._fetch(change)
+            try:
+                await self.applier.apply(change, relative, fetched.path)
+            finally:
+                fetched.path.unlink(missing_ok=True)
+            own = f"sha256:{fetched.sha256}" if fetched.sha256 else None
+            hash_text = " ".join(str(h) for h in change.hashes) or own
+            return self._state(change, relative, fetched.length, hash_text), None
+        except (SubscriberError, ApplyError) as exc:
+            kind = "refused" if isinstance(exc, UnmappedURIError) else "failed"
+            self.stats[kind] += 1
+            return None, str(exc)
+        except OSError as exc:
+            self.stats["failed"] += 1
+            return None, f"{change.uri}: {exc.strerror or exc}"
+
+    async def _fetch(self, change: ResourceChange) -> Fetched:
+        assert self.fetcher is not None
+        return await self.fetcher.fetch(change)
+
+    @staticmethod
+    def _state(
+        change: ResourceChange, relative: PurePosixPath, length: int | None, hash_text: str | None
+    ) -> ResourceState:
+        return ResourceState(
+            change.uri, change.time, str(change.change), length, hash_text, str(relative)
+        )
+
+    def _finish(
+        self,
+        seq: int,
+        change: ResourceChange,
+        state: ResourceState | None,
+        failure: str | None,
+    ) -> None:
+        self._done.add(seq)
+        moved = self._advance() and not self.hold_watermark
+        watermark = self.watermark if moved else None
+        now = self.clock()
+        if failure is not None:
+            log.warning("%s", failure)
+            self.checkpoint.record_failure(change, failure, watermark, now=now)
+            self._dirty = 0 if moved else self._dirty
+            self._emit(change, "failed", now, reason=failure)
+        elif state is not None:
+            self.checkpoint.record(change, state, watermark, now=now)
+            self._dirty = 0 if moved else self._dirty
+            self.stats["applied"] += 1
+            self._emit(change, "applied", now)
+        elif moved:
+            self._dirty += 1
+            if self._dirty >= _FLUSH_EVERY:
+                self.flush()
+        if not self._order:
+            self._idle.set()
+
+    def _advance(self) -> bool:
+        moved = False
+        while self._order and self._order[0] in self._done:
+            seq = self._order.popleft()
+            self._done.discard(seq)
+            change = self._pending.pop(seq)
+            if change.epoch is not None:
+                self.epoch = change.epoch
+            self.watermark = Watermark(
+                self.epoch,
+                change.position,  # None for polled/archived changes: resume by time then
+                max(change.time, self.watermark.last_time or change.time),
+            )
+            moved = True
+        return moved
+
+    def _emit(self, change: ResourceChange, event: str, now: datetime, **extra: Any) -> None:
+        if self.events is None:
+            return
+        self.events(
+            {"event": event}
+            | {k: v for k, v in change.as_json().items() if k in _EVENT_FIELDS}
+            | {"applied": format_w3c_datetime(now)}
+            | extra
+        )
+
+
+_EVENT_FIELDS = ("uri", "change", "time", "position", "channel")

@@ -1,0 +1,66 @@
+"""Reading a Source's documents over HTTP: size-capped, parsed by the one hardened parser,
+and conditional (ETag / Last-Modified) for the lists the agent polls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from resourcesync import Document, DocumentError, parse_document
+from resourcesync.namespaces import MAX_DOCUMENT_BYTES
+
+from .errors import SourceError
+
+
+@dataclass(frozen=True, slots=True)
+class _Validators:
+    etag: str | None
+    last_modified: str | None
+
+
+class DocumentReader:
+    def __init__(self, client: httpx.AsyncClient, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> None:
+        self.client = client
+        self.max_bytes = max_bytes
+        self._validators: dict[str, _Validators] = {}
+        self.requests = 0
+        self.not_modified = 0
+
+    async def get(self, url: str, *, conditional: bool = False) -> Document | None:
+        """The document at ``url``; None when ``conditional`` and it has not changed since
+        the last time (HTTP 304). Raises :class:`SourceError` for anything unusable."""
+        headers = {}
+        known = self._validators.get(url) if conditional else None
+        if known is not None:
+            if known.etag:
+                headers["If-None-Match"] = known.etag
+            if known.last_modified:
+                headers["If-Modified-Since"] = known.last_modified
+        self.requests += 1
+        try:
+            async with self.client.stream("GET", url, headers=headers) as reply:
+                if reply.status_code == 304 and known is not None:
+                    self.not_modified += 1
+                    return None
+                if reply.status_code != 200:
+                    raise SourceError(f"GET {url}: HTTP {reply.status_code}")
+                body = bytearray()
+                async for chunk in reply.aiter_bytes():
+                    body += chunk
+                    if len(body) > self.max_bytes:
+                        raise SourceError(f"GET {url}: larger than {self.max_bytes} bytes")
+        except httpx.HTTPError as exc:
+            raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            document = parse_document(bytes(body))
+        except DocumentError as exc:
+            raise SourceError(f"{url}: {exc}") from exc
+        if conditional:
+            self._validators[url] = _Validators(
+                reply.headers.get("etag"), reply.headers.get("last-modified")
+            )
+        return document
+
+    def forget(self, url: str) -> None:
+        self._validators.pop(url, None)
