@@ -50,7 +50,7 @@ MAX_DISCOVERY_BYTES: Final = 10 * 1024 * 1024  # per fetched document
 MAX_HOPS: Final = 8  # links followed in one chain (up, index, resourcesync)
 MAX_PAGE_BYTES: Final = 1024 * 1024  # of an HTML page or robots.txt that is read
 MAX_CAPABILITY_LISTS: Final = 64  # read from Source Descriptions
-MAX_SITEMAPS: Final = 16  # robots.txt Sitemap lines followed
+MAX_LINKS: Final = 16  # resourcesync links of one page, or Sitemap lines of robots.txt, followed
 
 _ACCEPT: Final = {"Accept": "application/xml, text/xml;q=0.9, text/html;q=0.8, */*;q=0.5"}
 _FOUND_TYPES: Final = frozenset(
@@ -346,7 +346,7 @@ class _Walk:
                     return [await self.climb(url, [])]
                 problem = f'a {document.type} with no rs:ln rel="up" link'
         if targets:
-            return [await self.climb(target, [url]) for target in targets]
+            return [await self.climb(target, [url]) for target in targets[:MAX_LINKS]]
         self.tried.append(f"{url} ({problem})")
         return []
 
@@ -359,7 +359,7 @@ class _Walk:
         if not sitemaps:
             self.tried.append(f"{url} (no Sitemap lines)")
         found = []
-        for sitemap in sitemaps[:MAX_SITEMAPS]:
+        for sitemap in sitemaps[:MAX_LINKS]:
             listed = await self.get(sitemap)
             if not self.answered(listed):
                 continue
@@ -379,7 +379,8 @@ class _Walk:
         if 400 <= reply.status < 500:
             self.tried.append(f"{reply.url} (HTTP {reply.status})")
             return False
-        raise DiscoveryError(f"GET {reply.url}: HTTP {reply.status}", url=reply.url)
+        hint = " (a redirect: the client must follow redirects)" if reply.status < 400 else ""
+        raise DiscoveryError(f"GET {reply.url}: HTTP {reply.status}{hint}", url=reply.url)
 
     async def climb(self, url: str, trail: list[str]) -> _Found:
         """Follow ``up`` links (§6.2) from ``url`` to a Capability List or Source Description;

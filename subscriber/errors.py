@@ -5,7 +5,8 @@ Tree::
     SubscriberError
     ├── UnmappedURIError      a URI maps outside the destination (or no --map covers it)
     ├── FetchError            a resource could not be fetched (HTTP status, network)
-    │   └── VerificationError fetched bytes differ from the announced length/hash
+    │   ├── VerificationError fetched bytes differ from the announced length/hash
+    │   └── SupersededError   …but a newer change of the resource has arrived meanwhile
     ├── StateLockedError      another agent holds the state file
     └── SourceError           a Source document is unusable (bad XML, missing list)
 
@@ -37,6 +38,11 @@ class FetchError(SubscriberError):
 
 class VerificationError(FetchError):
     """The bytes do not match the announced length or hash: never written as good."""
+
+
+class SupersededError(FetchError):
+    """The Source's resource changed again after this change was announced, and the newer
+    change is already queued: this one is moot, not failed."""
 
 
 class StateLockedError(SubscriberError):

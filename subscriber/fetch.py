@@ -13,13 +13,14 @@ import hashlib
 import os
 import random
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from .changes import ResourceChange
-from .errors import FetchError, VerificationError
+from .errors import FetchError, SupersededError, VerificationError
 
 DEFAULT_TRIES = 3
 DEFAULT_MAX_BYTES = 1 << 30
@@ -67,13 +68,18 @@ class Fetcher:
         self.retry_delay = retry_delay
         temp_dir.mkdir(parents=True, exist_ok=True)
 
-    async def fetch(self, change: ResourceChange) -> Fetched:
+    async def fetch(
+        self, change: ResourceChange, superseded: Callable[[], bool] | None = None
+    ) -> Fetched:
         """Download and verify; raise :class:`FetchError` / :class:`VerificationError` after
-        ``tries`` attempts."""
+        ``tries`` attempts — or :class:`SupersededError` as soon as ``superseded()`` says a
+        newer change of the resource has arrived (the bytes we got are probably its)."""
         for attempt in range(1, self.tries + 1):
             try:
                 return await self._once(change)
             except FetchError as exc:
+                if superseded is not None and superseded():
+                    raise SupersededError(change.uri, exc.reason) from exc
                 if not exc.retryable or attempt == self.tries:
                     raise
                 # Jittered backoff: a Source mid-update (or overloaded) gets time to settle.

@@ -20,10 +20,10 @@ from typing import Any
 from resourcesync.w3cdt import format_w3c_datetime
 
 from .appliers import Applier, ApplyError
-from .changes import ChangeType, ResourceChange
+from .changes import ChangeType, Channel, ResourceChange
 from .checkpoint import Checkpoint, Watermark
 from .decide import Decision, ResourceState, decide
-from .errors import SubscriberError, UnmappedURIError
+from .errors import SubscriberError, SupersededError, UnmappedURIError
 from .fetch import Fetched, Fetcher
 from .filters import ChangeFilter
 from .mapping import UriMap
@@ -67,6 +67,8 @@ class Mirror:
         self.watermark = state.watermark if state is not None else Watermark(None, None, None)
         self._slots = asyncio.Semaphore(concurrency)
         self._lanes: dict[str, asyncio.Task[None]] = {}
+        self._latest: dict[str, int] = {}
+        """The newest submitted sequence number per URI (in flight only)."""
         self._order: deque[int] = deque()
         self._pending: dict[int, ResourceChange] = {}
         self._done: set[int] = set()
@@ -89,6 +91,7 @@ class Mirror:
         self._order.append(seq)
         self._pending[seq] = change
         self._idle.clear()
+        self._latest[change.uri] = seq
         previous = self._lanes.get(change.uri)
         task = asyncio.create_task(
             self._run(seq, change, previous, content), name=f"apply {change.uri}"
@@ -127,25 +130,39 @@ class Mirror:
             if previous is not None:
                 # Same URI: strictly after the previous change of it, whatever became of it.
                 await asyncio.wait([previous])
-            state, failure = await self._apply(change, content)
+            superseded = self._superseded(change.uri, seq)
+            if superseded() and change.channel != Channel.BASELINE:
+                # A newer change of this URI is queued behind us: it defines the resource's
+                # state; fetching now would get its bytes, which fail our hash.
+                self.stats["superseded"] += 1
+                if content is not None:
+                    content.path.unlink(missing_ok=True)
+                state, failure = None, None
+            else:
+                state, failure = await self._apply(change, content, superseded)
             self._finish(seq, change, state, failure)
         finally:
             if self._lanes.get(change.uri) is asyncio.current_task():
                 del self._lanes[change.uri]
+            if self._latest.get(change.uri) == seq:
+                del self._latest[change.uri]
             self._slots.release()
 
+    def _superseded(self, uri: str, seq: int) -> Callable[[], bool]:
+        return lambda: self._latest.get(uri, seq) != seq
+
     async def _apply(
-        self, change: ResourceChange, content: Fetched | None
+        self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
     ) -> tuple[ResourceState | None, str | None]:
         """(new resource state or None, failure reason or None)."""
         try:
-            return await self._decide_and_apply(change, content)
+            return await self._decide_and_apply(change, content, superseded)
         finally:
             if content is not None:
                 content.path.unlink(missing_ok=True)
 
     async def _decide_and_apply(
-        self, change: ResourceChange, content: Fetched | None
+        self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
     ) -> tuple[ResourceState | None, str | None]:
         stored = self.checkpoint.resource(change.uri)
         held = stored is not None and stored.change != ChangeType.DELETED
@@ -171,7 +188,7 @@ class Mirror:
                 await self.applier.apply(change, relative, None)
                 hash_text = " ".join(str(h) for h in change.hashes) or None
                 return self._state(change, relative, change.length, hash_text), None
-            fetched = content or await self._fetch(change)
+            fetched = content or await self._fetch(change, superseded)
             try:
                 await self.applier.apply(change, relative, fetched.path)
             finally:
@@ -179,6 +196,9 @@ class Mirror:
             own = f"sha256:{fetched.sha256}" if fetched.sha256 else None
             hash_text = " ".join(str(h) for h in change.hashes) or own
             return self._state(change, relative, fetched.length, hash_text), None
+        except SupersededError:
+            self.stats["superseded"] += 1
+            return None, None
         except (SubscriberError, ApplyError) as exc:
             kind = "refused" if isinstance(exc, UnmappedURIError) else "failed"
             self.stats[kind] += 1
@@ -187,9 +207,9 @@ class Mirror:
             self.stats["failed"] += 1
             return None, f"{change.uri}: {exc.strerror or exc}"
 
-    async def _fetch(self, change: ResourceChange) -> Fetched:
+    async def _fetch(self, change: ResourceChange, superseded: Callable[[], bool]) -> Fetched:
         assert self.fetcher is not None
-        return await self.fetcher.fetch(change)
+        return await self.fetcher.fetch(change, superseded)
 
     @staticmethod
     def _state(

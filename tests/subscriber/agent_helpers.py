@@ -1,0 +1,77 @@
+"""Running the agent in the test's event loop beside a real hub and a loopback origin, and
+waiting for the mirror to equal the origin."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from subscriber.agent import Agent, AgentConfig
+from tests.conftest import TIMEOUT_SCALE
+from tests.subscriber.origin import Origin
+
+
+def mirror_files(dest: Path) -> dict[str, bytes]:
+    """Every file of the mirror (the agent's own .rs-subscribe/ left out), by '/path'."""
+    return {
+        "/" + p.relative_to(dest).as_posix(): p.read_bytes()
+        for p in sorted(dest.rglob("*"))
+        if p.is_file() and ".rs-subscribe" not in p.relative_to(dest).parts
+    }
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def converged(origin: Origin, dest: Path, timeout: float = 15) -> None:
+    def same() -> bool:
+        return mirror_files(dest) == origin.resources
+
+    try:
+        await until(same, "the mirror to equal the origin", timeout)
+    except AssertionError:
+        mine, theirs = mirror_files(dest), origin.resources
+        raise AssertionError(
+            f"mirror != origin: missing {sorted(set(theirs) - set(mine))}, "
+            f"extra {sorted(set(mine) - set(theirs))}, "
+            f"different {sorted(k for k in mine if k in theirs and mine[k] != theirs[k])}"
+        ) from None
+
+
+class Running:
+    def __init__(self, agent: Agent, task: asyncio.Task[None], events: list[dict[str, Any]]):
+        self.agent = agent
+        self.task = task
+        self.events = events
+
+    def applied(self, channel: str | None = None) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.events
+            if e.get("event") == "applied" and (channel is None or e["channel"] == channel)
+        ]
+
+
+@asynccontextmanager
+async def running_agent(config: AgentConfig, **kwargs: Any) -> AsyncIterator[Running]:
+    events: list[dict[str, Any]] = []
+    agent = Agent(config, events=events.append, **kwargs)
+    task = asyncio.create_task(agent.run(), name="agent")
+    running = Running(agent, task, events)
+    try:
+        yield running
+    finally:
+        agent.stop()
+        async with asyncio.timeout(20 * TIMEOUT_SCALE):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

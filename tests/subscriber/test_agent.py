@@ -1,0 +1,231 @@
+"""The agent end to end: a real hub on a real Redis, a loopback origin, the agent in this
+event loop — baseline, live push, restart, poll fallback, archive catch-up, rebaseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+
+from hub.push.server import PushServer
+from hub.server import RunningHub, bind, running_hub
+from subscriber.agent import AgentConfig
+from tests.hub import conftest as hub_fixtures
+from tests.hub.conftest import HubFactory, eventually, make_settings
+from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
+from tests.subscriber.origin import Origin, publish, running_origin
+
+redis_url = hub_fixtures.redis_url
+prefix = hub_fixtures.prefix
+hub_factory = hub_fixtures.hub_factory
+hub = hub_fixtures.hub
+client = hub_fixtures.client
+
+
+def config_for(hub: RunningHub, origin: Origin, dest: Path, **options: object) -> AgentConfig:
+    return AgentConfig(
+        source_url=hub.url,
+        dest=dest,
+        topic="dataset1",
+        maps=[(origin.url + "/", "")],
+        poll_interval=0.1,
+        backoff_initial=0.1,
+        backoff_max=0.5,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def test_baseline_then_live_push(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    async with running_origin() as origin:
+        await publish(
+            client,
+            "dataset1",
+            origin,
+            [("/a.txt", "created", b"alpha"), ("/dir/b.txt", "created", b"bravo")],
+        )
+        dest = tmp_path / "mirror"
+        async with running_agent(config_for(hub, origin, dest)) as run:
+            await converged(origin, dest)
+            assert {e["uri"] for e in run.applied("baseline")} == {
+                origin.uri("/a.txt"),
+                origin.uri("/dir/b.txt"),
+            }
+            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await publish(
+                client,
+                "dataset1",
+                origin,
+                [
+                    ("/a.txt", "updated", b"alpha 2"),
+                    ("/c.txt", "created", b"charlie"),
+                    ("/dir/b.txt", "deleted", None),
+                ],
+            )
+            await converged(origin, dest)
+            pushed = run.applied("push")
+            # Different URIs are applied concurrently: compare as a set.
+            assert {(e["uri"], e["change"]) for e in pushed} == {
+                (origin.uri("/a.txt"), "updated"),
+                (origin.uri("/c.txt"), "created"),
+                (origin.uri("/dir/b.txt"), "deleted"),
+            }
+            assert all(e["position"] for e in pushed)
+        assert mirror_files(dest) == {"/a.txt": b"alpha 2", "/c.txt": b"charlie"}
+
+
+def no_change_applied_twice(events: list[dict[str, object]]) -> None:
+    keys = [(e["uri"], e["time"], e["change"]) for e in events if e.get("event") == "applied"]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})  # type: ignore[type-var]
+    assert not repeated, f"applied twice: {repeated}"
+
+
+def updates(origin: Origin, round_: int, paths: list[str]) -> list[tuple[str, str, bytes | None]]:
+    return [
+        (p, "updated" if p in origin.resources else "created", f"{p} v{round_}".encode())
+        for p in paths
+    ]
+
+
+async def test_restart_resumes_from_the_checkpoint(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    paths = [f"/r{i}.txt" for i in range(5)]
+    dest = tmp_path / "mirror"
+    async with running_origin() as origin:
+        await publish(client, "dataset1", origin, updates(origin, 0, paths))
+        async with running_agent(config_for(hub, origin, dest)) as first:
+            await until(lambda: first.agent.channel == "push", "the push subscription")
+            for round_ in (1, 2):
+                await publish(client, "dataset1", origin, updates(origin, round_, paths))
+            await converged(origin, dest)
+        # While it is away: more changes, one resource deleted.
+        for round_ in (3, 4):
+            await publish(client, "dataset1", origin, updates(origin, round_, paths))
+        await publish(client, "dataset1", origin, [("/r0.txt", "deleted", None)])
+        async with running_agent(config_for(hub, origin, dest)) as second:
+            await converged(origin, dest)
+            # Every resource's newest change is applied (older ones may be superseded).
+            await until(
+                lambda: {e["uri"] for e in second.applied()} == {origin.uri(p) for p in paths},
+                "the changes made while away",
+            )
+        assert not second.applied("baseline"), "a restart must not baseline again"
+        assert {e["channel"] for e in second.applied()} == {"push"}
+        no_change_applied_twice(first.events + second.events)
+
+
+async def test_push_down_polls_then_returns_to_push(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    assert hub.push is not None and hub.push_url is not None
+    push_port = int(hub.push_url.rsplit(":", 1)[1].strip("/"))
+    paths = [f"/p{i}.txt" for i in range(3)]
+    dest = tmp_path / "mirror"
+    async with running_origin() as origin:
+        await publish(client, "dataset1", origin, updates(origin, 0, paths))
+        async with running_agent(config_for(hub, origin, dest)) as run:
+            await until(lambda: run.agent.channel == "push", "the push subscription")
+            # The push endpoint goes away; the HTTP documents stay.
+            await hub.push.stop()
+            await until(lambda: run.agent.channel == "poll", "the fallback to polling")
+            await publish(client, "dataset1", origin, updates(origin, 1, paths))
+            await converged(origin, dest)
+            assert len(run.applied("poll")) == 3
+            # Push comes back on the same port: the agent returns to it.
+            push = PushServer(hub.hub.settings, hub.hub.redis)
+            await push.start(bind("127.0.0.1", push_port))
+            try:
+                await until(lambda: run.agent.channel == "push", "the return to push", 20)
+                await publish(client, "dataset1", origin, updates(origin, 2, paths))
+                await converged(origin, dest)
+                await until(lambda: len(run.applied("push")) == 3, "3 pushed changes")
+            finally:
+                await push.stop()
+        no_change_applied_twice(run.events)
+        assert [e["channel"] for e in run.applied()] == ["baseline"] * 3 + ["poll"] * 3 + [
+            "push"
+        ] * 3
+
+
+async def test_trimmed_stream_catches_up_through_the_archive(
+    hub_factory: HubFactory, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    paths = [f"/t{i}.txt" for i in range(4)]
+    dest = tmp_path / "mirror"
+    async with (
+        hub_factory(changelist_max_entries=4, retention_s=0) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+        running_origin() as origin,
+    ):
+        await publish(http, "dataset1", origin, updates(origin, 0, paths))
+        async with running_agent(config_for(running, origin, dest)) as first:
+            await converged(origin, dest)
+            await until(lambda: first.agent.channel == "push", "the push subscription")
+        for round_ in range(1, 4):
+            await publish(http, "dataset1", origin, updates(origin, round_, paths))
+        meta_key = f"{prefix}:{{dataset1}}:meta"
+        redis = Redis.from_url(redis_url)
+        try:
+
+            async def trimmed_past_the_checkpoint() -> bool:
+                trimmed: Any = await redis.hget(meta_key, "trimmed_through_t")
+                return (
+                    trimmed is not None and int(trimmed) > 0 and running.hub.rotator.rotations >= 3
+                )
+
+            await eventually(trimmed_past_the_checkpoint, what="rotation and trimming")
+        finally:
+            await redis.aclose()
+        async with running_agent(config_for(running, origin, dest)) as second:
+            await converged(origin, dest)
+            await until(lambda: second.agent.channel == "push", "push after the catch-up")
+            await publish(http, "dataset1", origin, updates(origin, 4, paths))
+            await converged(origin, dest)
+        assert len(second.applied("archive")) >= 4, "the trimmed changes came from the archive"
+        assert not second.applied("baseline")
+        assert len(second.applied("push")) >= 4
+        no_change_applied_twice(first.events + second.events)
+
+
+async def test_a_new_stream_epoch_beyond_the_archive_rebaselines(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    dest = tmp_path / "mirror"
+    async with running_origin() as origin:
+        async with (
+            running_hub(make_settings(redis_url, prefix, base), sock=sock) as running,
+            httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+        ):
+            await publish(http, "dataset1", origin, updates(origin, 0, ["/old.txt", "/kept.txt"]))
+            async with running_agent(config_for(running, origin, dest)) as first:
+                await converged(origin, dest)
+                await until(lambda: first.agent.channel == "push", "the push subscription")
+        # The topic's stream is recreated (a new epoch): its history is gone.
+        redis = Redis.from_url(redis_url)
+        try:
+            keys = [k async for k in redis.scan_iter(match=f"{prefix}:*")]
+            await redis.delete(*keys)
+        finally:
+            await redis.aclose()
+        origin.delete("/old.txt")
+        async with (
+            running_hub(
+                make_settings(redis_url, prefix, base), sock=bind("127.0.0.1", port)
+            ) as running,
+            httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+        ):
+            await publish(http, "dataset1", origin, updates(origin, 1, ["/kept.txt", "/new.txt"]))
+            async with running_agent(config_for(running, origin, dest)) as second:
+                await converged(origin, dest)
+                await until(lambda: second.agent.channel == "push", "push after rebaselining")
+            assert [e["event"] for e in second.events if e["event"] == "rebaseline"] == [
+                "rebaseline"
+            ]
+            assert mirror_files(dest) == {"/kept.txt": b"/kept.txt v1", "/new.txt": b"/new.txt v1"}
