@@ -215,9 +215,14 @@ def plan_changes(
 
 def _record(entry: Entry, moment: datetime) -> ChangeRecord:
     md = entry.md or Metadata()
-    # What the hub publishes always says when the change happened (1.1 datetime).
-    stored = entry.model_copy(update={"md": md.model_copy(update={"datetime": moment})})
     change = md.change or Change.UPDATED
+    # What the hub publishes always says when the change happened (1.1 datetime) and, for a
+    # created/updated resource, its lastmod — as the Resource List does: 1.0 clients (resync
+    # among them) date resources by lastmod only.
+    update: dict[str, object] = {"md": md.model_copy(update={"datetime": moment})}
+    if change != Change.DELETED and entry.lastmod is None:
+        update["lastmod"] = moment
+    stored = entry.model_copy(update=update)
     state_xml = None if change == Change.DELETED else serialise_entry(_state_entry(entry, moment))
     return ChangeRecord(
         time_us=to_us(moment),

@@ -251,12 +251,6 @@ async def test_resync_audit_finds_a_hub_baseline_in_sync(
     assert "to create=1," in output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hub: Change List entries carry no <lastmod> while the Resource List gives the same "
-    "resource lastmod = change datetime; resync stamps files only from lastmod, so after an "
-    "incremental sync --audit reports every changed resource as 'to update'",
-)
 @pytest.mark.timeout(120)
 async def test_resync_audit_finds_a_hub_incremental_in_sync(
     hub: RunningHub, client: httpx.AsyncClient, origin: Origin, resync: Resync
