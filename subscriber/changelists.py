@@ -97,7 +97,12 @@ class ChangeLists:
 
     async def _open_list_url(self) -> str:
         if self.change_list is None:
-            raise SourceError(f"{self.capability_list} lists no Change List to poll")
+            # A Source may add its first Change List after we discovered it.
+            capabilities = await self.reader.get(self.capability_list)
+            assert capabilities is not None
+            self.change_list = _listed_change_list(capabilities)
+        if self.change_list is None:
+            raise SourceError(f"{self.capability_list} lists no Change List (yet) to poll")
         return self.change_list
 
     async def _lists(self) -> list[ListRef]:
@@ -111,14 +116,7 @@ class ChangeLists:
         # point it at a new list when one closes.
         capabilities = await self.reader.get(self.capability_list)
         assert capabilities is not None
-        current = next(
-            (
-                e.loc
-                for e in capabilities.entries
-                if e.md and e.md.capability == Capability.CHANGELIST
-            ),
-            self.change_list,
-        )
+        current = _listed_change_list(capabilities) or self.change_list
         if current is not None:
             self.change_list = current
             for ref in await self._expand(current, depth=0):
@@ -151,6 +149,13 @@ class ChangeLists:
                 refs.extend(await self._expand(part.loc, depth + 1))
             return refs
         raise SourceError(f"{url} is a {document.type}, not a Change List, index or archive")
+
+
+def _listed_change_list(capabilities: Document) -> str | None:
+    return next(
+        (e.loc for e in capabilities.entries if e.md and e.md.capability == Capability.CHANGELIST),
+        None,
+    )
 
 
 def _ref(url: str, start: datetime | None, until: datetime | None) -> ListRef:

@@ -39,9 +39,11 @@ from resync.hashes import Hashes
 
 from hub.server import RunningHub
 from resourcesync import MAX_ENTRIES, parse_document
+from subscriber.agent import AgentConfig
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub import conftest as hub_fixtures
 from tests.hub.conftest import HubFactory, eventually
+from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
 from tests.subscriber.origin import Origin, publish, running_origin
 from tests.subscriber.resync_source import (
     CAPABILITY_LIST,
@@ -396,3 +398,70 @@ async def test_origin_serves_counts_corrupts_and_stops() -> None:
     with pytest.raises(httpx.ConnectError):
         async with httpx.AsyncClient() as http:
             await http.get(served.uri("/doc.xml"))
+
+
+# -- rs-subscribe and resync side by side ----------------------------------------------------
+
+
+def agent_config(source_url: str, origin: Origin, dest: Path, **options: object) -> AgentConfig:
+    return AgentConfig(
+        source_url=source_url,
+        dest=dest,
+        maps=[(origin.url + "/", "")],
+        poll_interval=0.1,
+        backoff_initial=0.1,
+        backoff_max=0.5,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_rs_subscribe_mirrors_a_source_written_by_resync(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """A plain, pull-only Source (documents by resync, no push channel): rs-subscribe finds it
+    from the bare origin URL, baselines from its Resource List, then polls its Change List."""
+    source = ResyncSource(
+        origin, {"/a.txt": b"alpha\n", "/b.txt": b"bravo\n", "/deep/c.bin": bytes(range(256))}
+    )
+    dest = tmp_path / "rs-mirror"
+    async with running_agent(agent_config(origin.url, origin, dest)) as run:
+        await converged(origin, dest)
+        assert run.agent.endpoints is not None and run.agent.endpoints.push_url is None
+        await until(lambda: run.agent.channel == "poll", "polling the pull-only Source")
+        source.add_change_list(
+            [
+                ("/a.txt", "updated", b"alpha, second version\n"),
+                ("/b.txt", "deleted", None),
+                ("/new.txt", "created", b"new\n"),
+            ]
+        )
+        await converged(origin, dest)
+        source.add_change_list([("/new.txt", "updated", b"new, again\n")])
+        await converged(origin, dest)
+    assert {e["channel"] for e in run.applied()} == {"baseline", "poll"}
+    # Different URIs are applied concurrently: compare as a set.
+    assert {(e["uri"], e["change"]) for e in run.applied("poll")} == {
+        (origin.uri("/a.txt"), "updated"),
+        (origin.uri("/b.txt"), "deleted"),
+        (origin.uri("/new.txt"), "created"),
+        (origin.uri("/new.txt"), "updated"),
+    }
+    assert origin.requests["/deep/c.bin"] == 1, "an unchanged resource was fetched again"
+
+
+@pytest.mark.timeout(120)
+async def test_resync_and_rs_subscribe_end_with_identical_mirrors(
+    hub: RunningHub, client: httpx.AsyncClient, origin: Origin, resync: Resync, tmp_path: Path
+) -> None:
+    """The same hub, two Destinations: resync-sync (baseline, then incremental, from the pull
+    documents) and rs-subscribe (baseline, then push) end byte-identical."""
+    dest = tmp_path / "rs-mirror"
+    async with running_agent(agent_config(hub.url, origin, dest, topic=TOPIC)) as run:
+        await baseline_and_changes(hub, client, origin, resync)
+        await resync.run(
+            "--incremental", "--delete", "--changelist-uri", topic_url(hub, "changelist.xml")
+        )
+        await converged(origin, dest)
+        assert run.applied("push"), "rs-subscribe followed the changes by push"
+    assert mirror_files(dest) == resync.mirrored() == origin.resources
