@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ from .appliers import Applier, FilesystemApplier
 from .backoff import Backoff
 from .baseline import dump_changes, open_resource_list, resource_list_changes
 from .changelists import ArchiveTooShortError, ChangeLists
-from .changes import ChangeType, Channel, ResourceChange, from_push
+from .changes import ChangeType, Channel, Outcome, ResourceChange, from_push
 from .checkpoint import Checkpoint, Watermark
 from .discovery import TopicEndpoints, discover
 from .errors import SourceError
@@ -84,11 +85,13 @@ class Agent:
         *,
         applier: Applier | None = None,
         events: EventSink | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
         reporter: Reporter | None = None,
     ) -> None:
         self.config = config
         self._applier = applier
         self._events = events
+        self._on_outcome = on_outcome
         self.reporter = reporter or LogReporter()
         self._stop = asyncio.Event()
         self.endpoints: TopicEndpoints | None = None
@@ -134,6 +137,7 @@ class Agent:
                     fetcher if config.fetch else None,
                     change_filter=config.change_filter,
                     events=self._events,
+                    on_outcome=self._on_outcome,
                     concurrency=config.concurrency,
                 )
                 self._fetcher = fetcher

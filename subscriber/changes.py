@@ -68,6 +68,17 @@ class ResourceChange:
         return data
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a change: ``applied`` (verified and written, checkpoint committed) or
+    ``failed`` (``reason`` says why; nothing was written)."""
+
+    change: ResourceChange
+    event: str
+    at: datetime
+    reason: str | None = None
+
+
 def from_entry(
     entry: Entry, channel: Channel, *, default_time: datetime | None = None
 ) -> ResourceChange | None:

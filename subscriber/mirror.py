@@ -20,7 +20,7 @@ from typing import Any
 from resourcesync.w3cdt import format_w3c_datetime
 
 from .appliers import Applier, ApplyError
-from .changes import ChangeType, Channel, ResourceChange
+from .changes import ChangeType, Channel, Outcome, ResourceChange
 from .checkpoint import Checkpoint, Watermark
 from .decide import Decision, ResourceState, decide
 from .errors import SubscriberError, SupersededError, UnmappedURIError
@@ -51,6 +51,7 @@ class Mirror:
         *,
         change_filter: ChangeFilter | None = None,
         events: EventSink | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
         clock: Callable[[], datetime] = _now,
     ) -> None:
@@ -61,6 +62,7 @@ class Mirror:
         """None: metadata-only — record changes without fetching (the benchmark's mode)."""
         self.filter = change_filter or ChangeFilter()
         self.events = events
+        self.on_outcome = on_outcome
         self.clock = clock
         self.stats: Counter[str] = Counter()
         state = checkpoint.state()
@@ -264,6 +266,8 @@ class Mirror:
         return moved
 
     def _emit(self, change: ResourceChange, event: str, now: datetime, **extra: Any) -> None:
+        if self.on_outcome is not None:
+            self.on_outcome(Outcome(change, event, now, extra.get("reason")))
         if self.events is None:
             return
         self.events(

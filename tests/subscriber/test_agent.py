@@ -3,7 +3,7 @@ event loop — baseline, live push, restart, poll fallback, archive catch-up, re
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import httpx
@@ -12,6 +12,8 @@ from redis.asyncio import Redis
 from hub.push.server import PushServer
 from hub.server import RunningHub, bind, running_hub
 from subscriber.agent import AgentConfig
+from subscriber.api import Subscription
+from subscriber.changes import Channel, Outcome, ResourceChange
 from tests.hub import conftest as hub_fixtures
 from tests.hub.conftest import HubFactory, eventually, make_settings
 from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
@@ -229,3 +231,44 @@ async def test_a_new_stream_epoch_beyond_the_archive_rebaselines(
                 "rebaseline"
             ]
             assert mirror_files(dest) == {"/kept.txt": b"/kept.txt v1", "/new.txt": b"/new.txt v1"}
+
+
+class IndexApplier:
+    """An applier other than the file system: keeps the latest bytes of each URI in memory."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, bytes | None] = {}
+
+    async def apply(
+        self, change: ResourceChange, relative: PurePosixPath, content: Path | None
+    ) -> None:
+        self.index[change.uri] = None if content is None else content.read_bytes()
+
+
+async def test_python_api_yields_verified_changes_to_a_custom_applier(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    applier = IndexApplier()
+    dest = tmp_path / "state-only"
+    async with running_origin() as origin:
+        await publish(client, "dataset1", origin, [("/x.txt", "created", b"x1")])
+        seen: list[Outcome] = []
+        async with Subscription(config_for(hub, origin, dest), applier=applier) as outcomes:
+            async for outcome in outcomes:
+                seen.append(outcome)
+                if outcome.change.channel == Channel.BASELINE:
+                    await publish(
+                        client,
+                        "dataset1",
+                        origin,
+                        [("/x.txt", "updated", b"x2"), ("/y.txt", "created", b"y1")],
+                    )
+                if len(seen) == 3:
+                    break
+        assert [(o.event, o.change.channel) for o in seen] == [
+            ("applied", Channel.BASELINE),
+            ("applied", Channel.PUSH),
+            ("applied", Channel.PUSH),
+        ]
+        assert applier.index == {origin.uri("/x.txt"): b"x2", origin.uri("/y.txt"): b"y1"}
+        assert mirror_files(dest) == {}, "the custom applier replaces the file system"
