@@ -428,12 +428,8 @@ def _iso(moment: datetime | None) -> str | None:
 
 @app.command()
 def watch(
-    source_url: Annotated[
-        str, typer.Argument(help="Hub or Source URL, its well-known URI, or a Capability List.")
-    ],
-    topic: Annotated[
-        str | None, typer.Option(help="Topic (needed when there are several).")
-    ] = None,
+    source_url: SourceUrl,
+    topic: Topic = None,
     since: Annotated[
         str | None,
         typer.Option(
