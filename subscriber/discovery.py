@@ -28,27 +28,30 @@ problem is about, when there is one)::
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
-from lxml import etree
-from lxml import html as lxml_html
 
 from hub.push.protocol import PUSH_REL
 from resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
-WELL_KNOWN: Final = "/.well-known/resourcesync"
-ROBOTS: Final = "/robots.txt"
-RESOURCESYNC_REL: Final = "resourcesync"  # Z39.99 §6.3.3
+from .links import (
+    RESOURCESYNC_REL,
+    WEB_SCHEMES,
+    candidate_urls,
+    html_resourcesync_links,
+    join_url,
+    parse_links,
+    robots_sitemaps,
+    topic_name,
+    unique,
+)
 
 # Limits (house style §4); discover() takes the first two as arguments.
 MAX_DISCOVERY_BYTES: Final = 10 * 1024 * 1024  # per fetched document
 MAX_HOPS: Final = 8  # links followed in one chain (up, index, resourcesync)
-MAX_PAGE_BYTES: Final = 1024 * 1024  # of an HTML page or robots.txt that is read
 MAX_CAPABILITY_LISTS: Final = 64  # read from Source Descriptions
 MAX_LINKS: Final = 16  # resourcesync links of one page, or Sitemap lines of robots.txt, followed
 
@@ -103,146 +106,6 @@ class TopicEndpoints:
 # --- Sans-I/O: reading links, pages and names ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class HeaderLink:
-    """One link of an HTTP ``Link`` header: absolute target, lower-cased relation types."""
-
-    target: str
-    rels: frozenset[str]
-
-
-_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_QUOTED = r'"(?:[^"\\]|\\.)*"'
-_LINK_VALUE = re.compile(rf"\s*<([^>]*)>((?:\s*;\s*{_TOKEN}\s*(?:=\s*(?:{_QUOTED}|[^\s;,\"]*))?)*)")
-_LINK_PARAM = re.compile(rf"\s*;\s*({_TOKEN})\s*(?:=\s*({_QUOTED}|[^\s;,\"]*))?")
-_ESCAPE = re.compile(r"\\(.)")
-
-
-def parse_links(values: Iterable[str], base: str) -> list[HeaderLink]:
-    """The links of ``Link`` header values (RFC 8288 §3), targets resolved against ``base``.
-
-    A value may hold several comma-separated links; ``rel`` may be quoted and hold several
-    space-separated types; only a parameter's first occurrence counts (§3.3). Links with an
-    ``anchor`` are about another resource and are left out. A malformed remainder is
-    skipped. (httpx's ``Response.links`` keys links by the raw ``rel`` string, so it loses
-    repeated relations and multi-type ``rel`` values.)
-    """
-    links = []
-    for value in values:
-        pos = 0
-        while (match := _LINK_VALUE.match(value, pos)) is not None:
-            params: dict[str, str] = {}
-            for name, raw in _LINK_PARAM.findall(match.group(2)):
-                if raw.startswith('"'):
-                    raw = _ESCAPE.sub(r"\1", raw[1:-1])
-                params.setdefault(name.lower(), raw)
-            rels = frozenset(params.get("rel", "").lower().split())
-            target = _join(base, match.group(1).strip(), ())
-            if rels and target is not None and "anchor" not in params:
-                links.append(HeaderLink(target, rels))
-            comma = value.find(",", match.end())
-            if comma < 0:
-                break
-            pos = comma + 1
-    return links
-
-
-def html_resourcesync_links(page: bytes, page_url: str) -> list[str]:
-    """Targets of ``<link rel="resourcesync" href>`` in an HTML page (§6.3.3), resolved
-    against ``<base href>`` or the page URL. Reads at most :data:`MAX_PAGE_BYTES`."""
-    parser = lxml_html.HTMLParser(
-        no_network=True, remove_comments=True, remove_pis=True, huge_tree=False
-    )
-    try:
-        root = lxml_html.document_fromstring(page[:MAX_PAGE_BYTES], parser=parser)
-    except (etree.LxmlError, ValueError):
-        return []
-    base = page_url
-    for element in root.iter("base"):
-        href = element.get("href")
-        if href:
-            base = _join(page_url, href.strip()) or page_url
-            break
-    targets = []
-    for element in root.iter("link"):
-        href = element.get("href")
-        if href and RESOURCESYNC_REL in (element.get("rel") or "").lower().split():
-            target = _join(base, href.strip())
-            if target is not None:
-                targets.append(target)
-    return _unique(targets)
-
-
-def robots_sitemaps(robots: bytes, robots_url: str) -> list[str]:
-    """The ``Sitemap:`` URLs of a robots.txt (§6.3.4; RFC 9309 §2.2.4 allows other records)."""
-    sitemaps = []
-    for line in robots[:MAX_PAGE_BYTES].decode("utf-8", errors="replace").splitlines():
-        name, colon, value = line.split("#", 1)[0].partition(":")
-        if colon and name.strip().lower() == "sitemap" and value.strip():
-            target = _join(robots_url, value.strip())
-            if target is not None:
-                sitemaps.append(target)
-    return _unique(sitemaps)
-
-
-def topic_name(capability_list: str, notification_loc: str | None = None) -> str:
-    """A topic's name, never empty: the last path segment of its change-notification topic
-    URI; for a Source without one, the Capability List's directory name
-    (``/dataset1/capabilitylist.xml`` → ``dataset1``); for a Capability List at the root, its
-    file name without ``.xml`` (Example 12's ``/capabilitylist1.xml`` → ``capabilitylist1``);
-    else the host."""
-    if notification_loc:
-        name = _path(notification_loc).rstrip("/").rsplit("/", 1)[-1]
-        if name:
-            return name
-    directory, _, file = _path(capability_list).rpartition("/")
-    name = directory.rsplit("/", 1)[-1] or file.removesuffix(".xml")
-    return name or _path(capability_list, "hostname") or capability_list or "default"
-
-
-def _path(url: str, part: str = "path") -> str:
-    try:
-        return str(getattr(urlsplit(url), part) or "")
-    except ValueError:
-        return ""
-
-
-_WEB: Final = ("http", "https")
-
-
-def _join(base: str, href: str, schemes: tuple[str, ...] = _WEB) -> str | None:
-    """``href`` made absolute, without fragment; None unless it is a valid URL with a host
-    and one of ``schemes`` (any scheme when empty)."""
-    try:
-        url = urljoin(base, href)
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if (schemes and parts.scheme not in schemes) or not parts.hostname:
-        return None
-    return url.partition("#")[0]
-
-
-def _unique(urls: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(urls))
-
-
-def _plan(url: str) -> list[tuple[str, str]]:
-    """The candidates to try for a SOURCE_URL, in order, as (kind, URL)."""
-    parts = urlsplit(url)
-    origin = f"{parts.scheme}://{parts.netloc}"
-    robots = ("robots", origin + ROBOTS)
-    path = parts.path.rstrip("/")
-    if not path and not parts.query:
-        return [("page", origin + WELL_KNOWN), ("page", origin + "/"), robots]
-    plan = [("page", url)]
-    directory_like = "." not in path.rsplit("/", 1)[-1] and not path.endswith(WELL_KNOWN)
-    if directory_like and not parts.query:
-        plan.append(("page", origin + path + WELL_KNOWN))
-    plan += [("page", origin + WELL_KNOWN), robots]
-    return list(dict.fromkeys(plan))
-
-
 # --- I/O: fetching and following ---------------------------------------------------------------
 
 
@@ -254,9 +117,9 @@ class _Reply:
     headers: httpx.Headers
     content: bytes
 
-    def links(self, rel: str, schemes: tuple[str, ...] = _WEB) -> list[str]:
+    def links(self, rel: str, schemes: tuple[str, ...] = WEB_SCHEMES) -> list[str]:
         found = parse_links(self.headers.get_list("link"), self.final_url)
-        return _unique(
+        return unique(
             link.target
             for link in found
             if rel in link.rels and (not schemes or urlsplit(link.target).scheme in schemes)
@@ -311,10 +174,10 @@ class _Walk:
 
     async def locate(self, source_url: str) -> list[_Found]:
         """Source Descriptions and/or Capability Lists reached from ``source_url``."""
-        url = _join(source_url.strip(), "")
+        url = join_url(source_url.strip(), "")
         if url is None:
             raise DiscoveryError(f"SOURCE_URL must be an http(s) URL, not {source_url!r}")
-        for kind, candidate in _plan(url):
+        for kind, candidate in candidate_urls(url):
             found = await (self.robots(candidate) if kind == "robots" else self.page(candidate))
             if found:
                 return found
@@ -331,7 +194,7 @@ class _Walk:
             return []
         targets = reply.links(RESOURCESYNC_REL)
         if reply.is_html:
-            targets = _unique([*targets, *html_resourcesync_links(reply.content, reply.final_url)])
+            targets = unique([*targets, *html_resourcesync_links(reply.content, reply.final_url)])
             problem = f'an HTML page without <link rel="{RESOURCESYNC_REL}">'
         elif not reply.content.strip():
             problem = "an empty response"
@@ -463,7 +326,7 @@ class _Walk:
                 await self.document(url, description.url)
                 for url in _locs(description, None)[:MAX_CAPABILITY_LISTS]
             ]
-        urls = _unique(url for part in parts for url in _locs(part, Capability.CAPABILITYLIST))
+        urls = unique(url for part in parts for url in _locs(part, Capability.CAPABILITYLIST))
         if len(urls) > MAX_CAPABILITY_LISTS:
             raise DiscoveryError(
                 f"the Source Description {description.url} lists {len(urls)} Capability Lists, "
@@ -479,7 +342,7 @@ def _locs(found: _Found, capability: str | None) -> list[str]:
     for entry in found.document.entries:
         has = None if entry.md is None else entry.md.capability
         if capability is None or has in (capability, None):
-            url = _join(found.reply.final_url, entry.loc.strip())
+            url = join_url(found.reply.final_url, entry.loc.strip())
             if url is not None:
                 urls.append(url)
     return urls
@@ -491,7 +354,7 @@ def _up(document: Document, reply: _Reply) -> str | None:
     HTTP ``Link rel="resourcesync"``."""
     for rel in ("up", "index"):
         link = document.link(rel)
-        target = None if link is None else _join(reply.final_url, link.href.strip())
+        target = None if link is None else join_url(reply.final_url, link.href.strip())
         if target is not None:
             return target
     return next(iter(reply.links(RESOURCESYNC_REL)), None)
@@ -502,7 +365,7 @@ def _endpoints(found: _Found, source_description: str | None) -> TopicEndpoints:
     notification = None
     for entry in found.document.entries:
         capability = None if entry.md is None else entry.md.capability
-        url = _join(found.reply.final_url, entry.loc.strip())
+        url = join_url(found.reply.final_url, entry.loc.strip())
         if capability is None or url is None:
             continue
         by_capability.setdefault(capability, url)

@@ -26,12 +26,9 @@ from subscriber.discovery import (
     DiscoveryError,
     TopicEndpoints,
     discover,
-    html_resourcesync_links,
-    parse_links,
-    robots_sitemaps,
     source_base_uri,
-    topic_name,
 )
+from subscriber.links import html_resourcesync_links, parse_links, robots_sitemaps, topic_name
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub import conftest as hub_fixtures
 
