@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from hub.push.protocol import TopicRequest
+from hub.push.protocol import Position, TopicRequest
 from resourcesync.w3cdt import format_w3c_datetime
 
 from .appliers import Applier, FilesystemApplier
@@ -100,6 +100,8 @@ class Agent:
         """What the agent is doing now: baseline, push, poll, catch-up (for tests, status)."""
         self.rebaselines = 0
         self._rebaselined_at: datetime | None = None
+        self._caught_up_to: Watermark | None = None
+        self._resume_after: tuple[str, str] | None = None
 
     def stop(self) -> None:
         """Finish the changes being applied, commit the checkpoint, return from :meth:`run`."""
@@ -235,7 +237,17 @@ class Agent:
                 continue
             except HistoryInsufficientError as exc:
                 log.warning("%s", exc)
+                mark = self._parts()[0].watermark
+                resume = _before_oldest(exc.info)
+                if resume is not None and mark == self._caught_up_to:
+                    # We just read the archive and the open list, yet the hub still finds
+                    # a trimmed change at our last change time (several changes share it).
+                    # Everything it still holds is the open list we read: replay from its
+                    # oldest position (duplicates are skipped) instead of looping.
+                    self._resume_after = resume
+                    continue
                 await self._catch_up()
+                self._caught_up_to = self._parts()[0].watermark
             except RefusedError:
                 raise
             except PushError as exc:
@@ -246,7 +258,11 @@ class Agent:
     async def _push_session(self, url: str, backoff: Backoff) -> None:
         mirror, endpoints = self._parts()
         mark = mirror.watermark
-        if mark.position is not None and mark.epoch is not None:
+        if self._resume_after is not None:
+            position, epoch = self._resume_after
+            self._resume_after = None
+            request = TopicRequest(topic=endpoints.topic, position=position, epoch=epoch)
+        elif mark.position is not None and mark.epoch is not None:
             request = TopicRequest(topic=endpoints.topic, position=mark.position, epoch=mark.epoch)
         elif mark.last_time is not None:
             request = TopicRequest(topic=endpoints.topic, since=format_w3c_datetime(mark.last_time))
@@ -371,3 +387,10 @@ class Agent:
     def _parts(self) -> tuple[Mirror, TopicEndpoints]:
         assert self.mirror is not None and self.endpoints is not None
         return self.mirror, self.endpoints
+
+
+def _before_oldest(info: dict[str, Any]) -> tuple[str, str] | None:
+    oldest, epoch = info.get("oldest"), info.get("epoch")
+    if not oldest or not epoch:
+        return None
+    return str(Position.parse(oldest).predecessor()), epoch

@@ -61,6 +61,15 @@ class Position:
     def __str__(self) -> str:
         return f"{self.ms}-{self.seq}"
 
+    def predecessor(self) -> Position:
+        """The greatest position before this one: resuming *after* it replays this one."""
+        if self.seq > 0:
+            return Position(self.ms, self.seq - 1)
+        return Position(self.ms - 1, MAX_SEQ) if self.ms > 0 else self
+
+
+MAX_SEQ = 2**64 - 1
+"""A stream id's sequence part is an unsigned 64-bit integer."""
 
 ZERO = Position(0, 0)
 

@@ -3,19 +3,22 @@ event loop — baseline, live push, restart, poll fallback, archive catch-up, re
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import httpx
 from redis.asyncio import Redis
 
+from hub.ingest import to_us
 from hub.push.server import PushServer
 from hub.server import RunningHub, bind, running_hub
+from resourcesync.w3cdt import parse_w3c_datetime
 from subscriber.agent import AgentConfig
 from subscriber.api import Subscription
 from subscriber.changes import Channel, Outcome, ResourceChange
 from tests.hub import conftest as hub_fixtures
-from tests.hub.conftest import HubFactory, eventually, make_settings
+from tests.hub.conftest import HubFactory, auth, eventually, make_settings
 from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
 from tests.subscriber.origin import Origin, publish, running_origin
 
@@ -272,3 +275,68 @@ async def test_python_api_yields_verified_changes_to_a_custom_applier(
         ]
         assert applier.index == {origin.uri("/x.txt"): b"x2", origin.uri("/y.txt"): b"y1"}
         assert mirror_files(dest) == {}, "the custom applier replaces the file system"
+
+
+async def post_at(
+    http: httpx.AsyncClient, origin: Origin, when: str, items: list[tuple[str, bytes]]
+) -> None:
+    """Update resources on the origin and announce them all at the same change time."""
+    urls = []
+    for path, content in items:
+        origin.put(path, content)
+        digest = hashlib.md5(content).hexdigest()
+        urls.append(
+            f'<url><loc>{origin.uri(path)}</loc><rs:md change="updated" datetime="{when}" '
+            f'length="{len(content)}" hash="md5:{digest}"/></url>'
+        )
+    body = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:rs="http://www.openarchives.org/rs/terms/"><rs:md capability="changelist"/>'
+        + "".join(urls)
+        + "</urlset>"
+    )
+    reply = await http.post("/topics/dataset1/changes", content=body, headers=auth())
+    assert reply.status_code == 202, reply.text
+
+
+async def test_catch_up_when_trimmed_and_kept_changes_share_a_time(
+    hub_factory: HubFactory, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The last trimmed change and the first one still in the stream have the same time: a
+    time-based resume is refused even after the catch-up; the agent resumes by position."""
+    dest = tmp_path / "mirror"
+    async with (
+        hub_factory(changelist_max_entries=3, retention_s=0) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+        running_origin() as origin,
+    ):
+        await publish(http, "dataset1", origin, [("/s0.txt", "created", b"s0")])
+        async with running_agent(config_for(running, origin, dest)) as first:
+            await until(lambda: first.agent.channel == "push", "the push subscription")
+        same = origin.clock.next()
+        # s0, s1, s2 fill a list that closes and leaves the stream; s3, at the same time as
+        # s1 and s2, comes after that and stays.
+        await post_at(http, origin, same, [("/s1.txt", b"one"), ("/s2.txt", b"two")])
+        redis = Redis.from_url(redis_url)
+        try:
+
+            async def trimmed_at_that_time() -> bool:
+                raw: Any = await redis.hget(f"{prefix}:{{dataset1}}:meta", "trimmed_through_t")
+                length = await redis.xlen(f"{prefix}:{{dataset1}}:changes")
+                trimmed_us = None if raw is None else int(raw)
+                return trimmed_us == to_us(parse_w3c_datetime(same)) and length == 0
+
+            await eventually(trimmed_at_that_time, what="a trim up to the shared time")
+        finally:
+            await redis.aclose()
+        await post_at(http, origin, same, [("/s3.txt", b"three")])
+        async with running_agent(config_for(running, origin, dest)) as second:
+            await converged(origin, dest)
+            await until(lambda: second.agent.channel == "push", "push after the catch-up")
+            await publish(http, "dataset1", origin, [("/s4.txt", "created", b"four")])
+            await converged(origin, dest)
+        no_change_applied_twice(first.events + second.events)
+        assert {e["uri"] for e in second.applied("archive")} >= {
+            origin.uri("/s1.txt"),
+            origin.uri("/s2.txt"),
+        }
