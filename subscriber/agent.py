@@ -38,7 +38,7 @@ from .changes import ChangeType, Channel, Outcome, ResourceChange, from_push
 from .checkpoint import Checkpoint, Watermark
 from .discovery import TopicEndpoints, discover
 from .errors import SourceError
-from .fetch import DEFAULT_MAX_BYTES, DEFAULT_TRIES, Fetcher
+from .fetch import DEFAULT_MAX_BYTES, DEFAULT_TRIES, Fetcher, clear_temp
 from .filters import ChangeFilter
 from .mapping import STATE_DIR, UriMap
 from .mirror import DEFAULT_CONCURRENCY, EventSink, Mirror
@@ -125,6 +125,7 @@ class Agent:
                 config.state_path, endpoints.capability_list, endpoints.topic
             ) as checkpoint:
                 maps = config.maps or [(endpoints.base_uri, "")]
+                clear_temp(config.dest / STATE_DIR / "tmp")
                 fetcher = Fetcher(
                     client,
                     config.dest / STATE_DIR / "tmp",

@@ -19,7 +19,8 @@ class Backoff:
     attempts: int = 0
 
     def next(self) -> float:
-        ceiling = min(self.maximum, self.initial * 2**self.attempts)
+        # The exponent stops growing once past the cap (2**1024 overflows a float).
+        ceiling = min(self.maximum, self.initial * 2 ** min(self.attempts, 60))
         self.attempts += 1
         return self.rng.uniform(ceiling / 2, ceiling)
 

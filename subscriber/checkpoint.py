@@ -90,6 +90,7 @@ class Checkpoint:
         self.topic = topic
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(path)
+        self._closed = False
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -102,6 +103,9 @@ class Checkpoint:
             raise
 
     def close(self) -> None:
+        if self._closed:
+            return  # the lock's fd number may already belong to another file
+        self._closed = True
         self._db.close()
         _unlock(self._lock)
 

@@ -65,7 +65,10 @@ def _same_digest(announced: tuple[HashValue, ...], held: tuple[HashValue, ...]) 
     """True when some algorithm appears in both with the same digest (hex or base64)."""
     for new in announced:
         for old in held:
-            if new.algorithm.lower() != old.algorithm.lower():
+            # "sha-256" (the spec's name) and "sha256" are one algorithm.
+            if (new.hashlib_name or new.algorithm.lower()) != (
+                old.hashlib_name or old.algorithm.lower()
+            ):
                 continue
             raw = _raw(old)
             if raw is not None and new.matches_digest(raw):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from resourcesync.hashes import DigestEncoding
+
 from .changes import ResourceChange
 from .errors import FetchError, SupersededError, VerificationError
 
@@ -44,11 +46,24 @@ def check(change: ResourceChange, length: int, digests: dict[str, bytes]) -> str
         return f"length {length} != announced {change.length}"
     for value in change.hashes:
         name = value.hashlib_name
-        if name is None:
-            continue  # an algorithm we cannot compute: nothing to check it against
+        if name is None or value.encoding is DigestEncoding.UNKNOWN:
+            # An algorithm we cannot compute, or a digest neither hex nor base64 of the
+            # algorithm's size: nothing we could check it against (never a rejection).
+            continue
         if not value.matches_digest(digests[name]):
             return f"{value.algorithm} digest {digests[name].hex()} != announced {value.digest}"
     return None
+
+
+def clear_temp(temp_dir: Path) -> int:
+    """Delete what a killed agent left in its temp directory. Call it only while holding the
+    state lock (another agent's downloads live in its own directory, under its own lock)."""
+    removed = 0
+    if temp_dir.is_dir():
+        for leftover in temp_dir.glob("*.part"):
+            leftover.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 class Fetcher:

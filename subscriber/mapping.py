@@ -92,8 +92,10 @@ class UriMap:
                 rest.append(INDEX_NAME)
             names = [_safe_name(uri, segment) for segment in rest]
             if parts.query:
-                # Keep query strings apart: "a?x=1" → "a%3Fx%3D1", reversible and flat.
+                # Keep query strings apart: "a?x=1" → "a%3Fx%3D1", reversible and flat
+                # ("%" itself is written "%25", so a literal "%3F" cannot pose as one).
                 names[-1] += "%3F" + quote(parts.query, safe="")
+                _check_length(uri, names[-1])
             path = directory.joinpath(*names)
             if path.parts and path.parts[0] == STATE_DIR:
                 raise UnmappedURIError(uri, f"maps into the agent's own {STATE_DIR}/ directory")
@@ -116,6 +118,7 @@ class UriMap:
             if "%3F" in names[-1]:
                 names[-1], _, encoded = names[-1].partition("%3F")
                 query = "?" + unquote(encoded)
+            names = [n.replace("%25", "%") for n in names]
             if names[-1] == INDEX_NAME:
                 names[-1] = ""
             base = prefix_uri if prefix_uri.endswith("/") else prefix_uri + "/"
@@ -129,9 +132,18 @@ def _safe_name(uri: str, segment: str) -> str:
         raise UnmappedURIError(uri, f"path segment {segment!r} would leave the destination")
     if "/" in name or "\\" in name or "\x00" in name:
         raise UnmappedURIError(uri, f"path segment {segment!r} holds a separator or NUL")
-    if len(name.encode()) > 255:
-        raise UnmappedURIError(uri, "a path segment is longer than a file name may be")
+    name = name.replace("%", "%25")
+    _check_length(uri, name)
     return name
+
+
+def _check_length(uri: str, name: str) -> None:
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise UnmappedURIError(uri, "a path segment is not valid Unicode text") from None
+    if size > 255:
+        raise UnmappedURIError(uri, "a path segment is longer than a file name may be")
 
 
 def _origin(uri: str) -> str:

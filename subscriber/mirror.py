@@ -31,6 +31,8 @@ from .mapping import UriMap
 log = logging.getLogger("rs_subscribe")
 
 DEFAULT_CONCURRENCY = 8
+DEFAULT_WINDOW = 2048
+"""Changes queued ahead of the ones applying (tasks waiting for a slot: cheap)."""
 _FLUSH_EVERY = 500
 """Skipped changes move the watermark in memory; it is written at least this often."""
 
@@ -53,6 +55,7 @@ class Mirror:
         events: EventSink | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
+        window: int = DEFAULT_WINDOW,
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.checkpoint = checkpoint
@@ -68,9 +71,10 @@ class Mirror:
         state = checkpoint.state()
         self.watermark = state.watermark if state is not None else Watermark(None, None, None)
         self._slots = asyncio.Semaphore(concurrency)
+        self._window = asyncio.Semaphore(max(window, concurrency))
         self._lanes: dict[str, asyncio.Task[None]] = {}
-        self._latest: dict[str, int] = {}
-        """The newest submitted sequence number per URI (in flight only)."""
+        self._latest: dict[str, tuple[int, datetime]] = {}
+        """The newest submitted change per URI (in flight only): sequence number, time."""
         self._order: deque[int] = deque()
         self._pending: dict[int, ResourceChange] = {}
         self._done: set[int] = set()
@@ -85,15 +89,26 @@ class Mirror:
     # --- submitting ------------------------------------------------------------------------
 
     async def submit(self, change: ResourceChange, content: Fetched | None = None) -> None:
-        """Queue a change; waits while ``concurrency`` changes are in flight. ``content``:
-        bytes already verified (from a Resource Dump package) instead of a fetch."""
-        await self._slots.acquire()
+        """Queue a change; waits while ``window`` changes are queued or in flight (at most
+        ``concurrency`` of them applying). ``content``: bytes already verified (from a
+        Resource Dump package) instead of a fetch.
+
+        The window is the agent's look-ahead: a change whose URI already has a newer change
+        queued is superseded, not fetched (after an absence the backlog is full of them)."""
+        if not _storable(change.uri):
+            # Not even recordable (a lone surrogate from a JSON frame): refuse it here.
+            self.stats["refused"] += 1
+            log.warning("refused %r: not a valid Unicode URI", change.uri)
+            if content is not None:
+                content.path.unlink(missing_ok=True)
+            return
+        await self._window.acquire()
         self._seq += 1
         seq = self._seq
         self._order.append(seq)
         self._pending[seq] = change
         self._idle.clear()
-        self._latest[change.uri] = seq
+        self._latest[change.uri] = (seq, change.time)
         previous = self._lanes.get(change.uri)
         task = asyncio.create_task(
             self._run(seq, change, previous, content), name=f"apply {change.uri}"
@@ -132,26 +147,34 @@ class Mirror:
             if previous is not None:
                 # Same URI: strictly after the previous change of it, whatever became of it.
                 await asyncio.wait([previous])
-            superseded = self._superseded(change.uri, seq)
-            if superseded() and change.channel != Channel.BASELINE:
-                # A newer change of this URI is queued behind us: it defines the resource's
-                # state; fetching now would get its bytes, which fail our hash.
-                self.stats["superseded"] += 1
-                if content is not None:
-                    content.path.unlink(missing_ok=True)
-                state, failure = None, None
-            else:
-                state, failure = await self._apply(change, content, superseded)
-            self._finish(seq, change, state, failure)
+            async with self._slots:
+                superseded = self._superseded(change, seq)
+                if superseded() and change.channel != Channel.BASELINE:
+                    # A newer change of this URI is queued behind us: it defines the
+                    # resource's state; fetching now would get its bytes, failing our hash.
+                    self.stats["superseded"] += 1
+                    if content is not None:
+                        content.path.unlink(missing_ok=True)
+                    state, failure = None, None
+                else:
+                    state, failure = await self._apply(change, content, superseded)
+                self._finish(seq, change, state, failure)
         finally:
             if self._lanes.get(change.uri) is asyncio.current_task():
                 del self._lanes[change.uri]
-            if self._latest.get(change.uri) == seq:
+            if self._latest.get(change.uri, (None,))[0] == seq:
                 del self._latest[change.uri]
-            self._slots.release()
+            self._window.release()
 
-    def _superseded(self, uri: str, seq: int) -> Callable[[], bool]:
-        return lambda: self._latest.get(uri, seq) != seq
+    def _superseded(self, change: ResourceChange, seq: int) -> Callable[[], bool]:
+        """True once a change of the same URI, at the same time or later, is queued behind
+        this one (an *older* one arriving late never supersedes: decide() skips it)."""
+
+        def check() -> bool:
+            latest_seq, latest_time = self._latest.get(change.uri, (seq, change.time))
+            return latest_seq != seq and latest_time >= change.time
+
+        return check
 
     async def _apply(
         self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
@@ -159,6 +182,12 @@ class Mirror:
         """(new resource state or None, failure reason or None)."""
         try:
             return await self._decide_and_apply(change, content, superseded)
+        except Exception as exc:  # noqa: BLE001 - one bad change must not stall the rest
+            # Whatever an applier (or a hostile URI) raises becomes a reported failure: the
+            # change's sequence number must finish, or the watermark stops for good.
+            log.exception("unexpected error applying %s", change.uri)
+            self.stats["failed"] += 1
+            return None, f"{change.uri}: {type(exc).__name__}: {exc}"
         finally:
             if content is not None:
                 content.path.unlink(missing_ok=True)
@@ -279,3 +308,11 @@ class Mirror:
 
 
 _EVENT_FIELDS = ("uri", "change", "time", "position", "channel")
+
+
+def _storable(uri: str) -> bool:
+    try:
+        uri.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
