@@ -44,7 +44,16 @@ if tonumber(ARGV[6]) < tonumber(last_raw) then return {'backwards', last_raw} en
 if redis.call('HSETNX', meta, 'epoch', ARGV[4]) == 1 then
   redis.call('HSET', meta, 'created', ARGV[5])
 end
-redis.call('HSETNX', meta, 'open_from', ARGV[6])
+-- The first list covers the topic from its start, not from its first change: a Resource
+-- List served before any change (at = creation or seed time) must be continued by it.
+if redis.call('HEXISTS', meta, 'open_from') == 0 then
+  local from = ARGV[6]
+  for _, field in ipairs({'created', 'state_at'}) do
+    local t = redis.call('HGET', meta, field)
+    if t and tonumber(t) < tonumber(from) then from = t end
+  end
+  redis.call('HSET', meta, 'open_from', from)
+end
 redis.call('HSETNX', meta, 'open_since', ARGV[5])
 local first_id, last_id
 for i = 0, n - 1 do

@@ -30,7 +30,7 @@ import httpx
 from hub.push.protocol import Position, TopicRequest
 from resourcesync.w3cdt import format_w3c_datetime
 
-from .appliers import Applier, FilesystemApplier
+from .appliers import Applier, FilesystemApplier, NullApplier
 from .backoff import Backoff
 from .baseline import dump_changes, open_resource_list, resource_list_changes
 from .changelists import ArchiveTooShortError, ChangeLists
@@ -135,8 +135,7 @@ class Agent:
                 self.mirror = Mirror(
                     checkpoint,
                     UriMap.build(maps),
-                    self._applier
-                    or FilesystemApplier(config.dest, keep_deleted=config.keep_deleted),
+                    self._applier or self._default_applier(),
                     fetcher if config.fetch else None,
                     change_filter=config.change_filter,
                     events=self._events,
@@ -385,13 +384,24 @@ class Agent:
         if task.done() and not task.cancelled():
             task.result()
 
+    def _default_applier(self) -> Applier:
+        if not self.config.fetch:
+            return NullApplier()  # metadata-only: there are no bytes to write
+        return FilesystemApplier(self.config.dest, keep_deleted=self.config.keep_deleted)
+
     def _parts(self) -> tuple[Mirror, TopicEndpoints]:
         assert self.mirror is not None and self.endpoints is not None
         return self.mirror, self.endpoints
 
 
 def _before_oldest(info: dict[str, Any]) -> tuple[str, str] | None:
-    oldest, epoch = info.get("oldest"), info.get("epoch")
-    if not oldest or not epoch:
+    """Where the hub's stream holds everything after: its ``after`` (protocol v1 hubs send
+    it), else the position just before its oldest change."""
+    after, oldest, epoch = info.get("after"), info.get("oldest"), info.get("epoch")
+    if not epoch:
         return None
-    return str(Position.parse(oldest).predecessor()), epoch
+    if after:
+        return after, epoch
+    if oldest:
+        return str(Position.parse(oldest).predecessor()), epoch
+    return None

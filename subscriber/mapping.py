@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import PurePosixPath
 from urllib.parse import quote, unquote, urlsplit
 
@@ -50,11 +51,16 @@ def _segments(path: str) -> tuple[str, ...]:
     return tuple(s for s in path.split("/") if s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UriMap:
     """Prefix → relative directory pairs, most specific prefix first."""
 
     rules: tuple[tuple[str, PurePosixPath], ...]
+
+    @cached_property
+    def _prefixes(self) -> tuple[_Prefix, ...]:
+        # Parsed once: path_for runs for every change (catch-up applies thousands per second).
+        return tuple(_Prefix.parse(uri) for uri, _ in self.rules)
 
     @classmethod
     def build(cls, pairs: Iterable[tuple[str, str]]) -> UriMap:
@@ -77,13 +83,8 @@ class UriMap:
         except ValueError as exc:
             raise UnmappedURIError(uri, str(exc)) from None
         parts = urlsplit(uri)
-        for prefix_uri, directory in self.rules:
-            prefix = _Prefix.parse(prefix_uri)
-            if (prefix.scheme, prefix.host, prefix.port) != (
-                target.scheme,
-                target.host,
-                target.port,
-            ):
+        for (_, directory), prefix in zip(self.rules, self._prefixes, strict=True):
+            if prefix.origin != target.origin:
                 continue
             if target.segments[: len(prefix.segments)] != prefix.segments:
                 continue

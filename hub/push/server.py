@@ -30,6 +30,7 @@ from ..settings import Settings
 from .feed import Batch, Subscription, TopicFeed, row_change
 from .protocol import (
     FRAME_ENCODERS,
+    ZERO,
     CloseCode,
     Position,
     ProtocolError,
@@ -194,7 +195,9 @@ class PushServer:
         trimmed_us = int(meta["trimmed_through_t"]) if "trimmed_through_t" in meta else None
         urls = Urls(self.settings.hub.base_url, topic)
 
-        def insufficient(reason: str, oldest: Position | None) -> HistoryInsufficient:
+        def insufficient(
+            reason: str, oldest: Position | None, after: Position | None = trimmed
+        ) -> HistoryInsufficient:
             return HistoryInsufficient(
                 control(
                     "history-insufficient",
@@ -202,6 +205,9 @@ class PushServer:
                     reason=reason,
                     epoch=epoch,
                     oldest=None if oldest is None else str(oldest),
+                    # Everything after this position is still in the stream: a client that
+                    # has caught up from the archive can resume from it exactly.
+                    after=str(after or ZERO),
                     archive=urls.change_list_archive,
                 )
             )
@@ -213,7 +219,9 @@ class PushServer:
         if start is not None and trimmed is not None and start < trimmed:
             raise insufficient("trimmed", await self._oldest(keys))
         if since is not None:
-            start = await self._position_before(keys, since, trimmed_us, insufficient)
+            start = await self._position_before(
+                keys, since, trimmed_us, insufficient, floor=trimmed or ZERO
+            )
 
         sub = Subscription(
             connection=connection,
@@ -225,22 +233,38 @@ class PushServer:
         # From here on live batches queue in sub.pending: nothing is sent before the
         # "subscribed" message, and nothing after the position it names is missed.
         feed.subscriptions.add(sub)
-        await connection.send(
-            control("subscribed", topic=topic, epoch=epoch, position=str(sub.last_sent))
-        )
-        if sub.until is None and start is not None:
-            sub.until = await self._time_at(keys, start) or since
-        await self._replay(connection, feed, sub)
+        try:
+            await connection.send(
+                control("subscribed", topic=topic, epoch=epoch, position=str(sub.last_sent))
+            )
+            if sub.until is None and start is not None:
+                sub.until = await self._time_at(keys, start) or since
+            await self._replay(connection, feed, sub, insufficient)
+        except BaseException:
+            # handle() only cleans up the subscriptions _subscribe returned.
+            sub.closed = True
+            feed.subscriptions.discard(sub)
+            raise
         return sub
 
     async def _replay(
-        self, connection: ServerConnection, feed: TopicFeed, sub: Subscription
+        self,
+        connection: ServerConnection,
+        feed: TopicFeed,
+        sub: Subscription,
+        insufficient: Callable[..., HistoryInsufficient],
     ) -> None:
         keys = feed.keys
         while True:
             rows: Any = await self.redis.xrange(
                 keys.stream, min=f"({sub.last_sent}", max="+", count=REPLAY_PAGE
             )
+            # Retention may have trimmed past our cursor since the subscription was checked:
+            # the page would then silently start after a gap. The trim records how far it
+            # went in the same script, so reading it *after* the page is enough.
+            raw: Any = await self.redis.hget(keys.meta, "trimmed_through")
+            if raw is not None and (now_trimmed := Position.parse(raw.decode())) > sub.last_sent:
+                raise insufficient("trimmed", await self._oldest(keys), now_trimmed)
             changes = [row_change(row) for row in rows]
             if changes:
                 await self._send(connection, feed, sub, changes)
@@ -284,14 +308,17 @@ class PushServer:
         keys: TopicKeys,
         since: datetime,
         trimmed_us: int | None,
-        insufficient: Callable[[str, Position | None], HistoryInsufficient],
+        insufficient: Callable[..., HistoryInsufficient],
+        *,
+        floor: Position,
     ) -> Position:
         """The position just before the first change at or after ``since`` (change times
         are in stream order: the hub's ingest policy guarantees it). History is
-        insufficient only if a trimmed change may be at or after ``since``."""
+        insufficient only if a trimmed change may be at or after ``since``. ``floor``: the
+        last trimmed position (everything up to it is before ``since`` when we get here)."""
         since_us = to_us(since)
         cursor = "-"
-        previous = Position(0, 0)
+        previous = floor
         first = True
         while True:
             rows: Any = await self.redis.xrange(keys.stream, min=cursor, max="+", count=REPLAY_PAGE)
@@ -305,7 +332,11 @@ class PushServer:
                 previous = change.position
                 first = False
             if len(changes) < REPLAY_PAGE:
-                return previous  # nothing at/after since yet: start at the tail
+                # Nothing at/after since in the stream. Unless retention trimmed changes at
+                # or after it (then the stream may even be empty), start at the tail.
+                if trimmed_us is not None and since_us <= trimmed_us:
+                    raise insufficient("trimmed", None)
+                return previous
             cursor = f"({changes[-1].position}"
 
 

@@ -664,6 +664,7 @@ async def test_history_insufficient_after_trimming(
             "reason": "trimmed",
             "epoch": epoch,
             "oldest": positions[9],
+            "after": positions[8],  # the last trimmed: everything after it is in the stream
             "archive": archive,
         }
         reply = await refused({"topic": "dataset1", "position": positions[7], "epoch": epoch})
