@@ -340,3 +340,46 @@ async def test_catch_up_when_trimmed_and_kept_changes_share_a_time(
             origin.uri("/s1.txt"),
             origin.uri("/s2.txt"),
         }
+
+
+async def post_stamped(http: httpx.AsyncClient, origin: Origin, path: str, content: bytes) -> None:
+    """A change without a time: the hub stamps it with its own clock (after the topic began)."""
+    origin.put(path, content)
+    body = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:rs="http://www.openarchives.org/rs/terms/"><rs:md capability="changelist"/>'
+        f'<url><loc>{origin.uri(path)}</loc><rs:md change="created" length="{len(content)}" '
+        f'hash="md5:{hashlib.md5(content).hexdigest()}"/></url></urlset>'
+    )
+    reply = await http.post("/topics/dataset1/changes", content=body, headers=auth())
+    assert reply.status_code == 202, reply.text
+
+
+async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
+    hub_factory: HubFactory, tmp_path: Path
+) -> None:
+    """Baselined before the topic's first change (the Resource List's ``at`` is the topic's
+    start), away while its changes were archived and trimmed: the archive must reach back to
+    that ``at`` — catch-up, not a rebaseline."""
+    dest = tmp_path / "mirror"
+    async with (
+        hub_factory(changelist_max_entries=2, retention_s=0) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+        running_origin() as origin,
+    ):
+        async with running_agent(config_for(running, origin, dest)) as first:
+            await until(lambda: first.agent.channel == "push", "the push subscription")
+        assert mirror_files(dest) == {}
+        for i in range(4):
+            await post_stamped(http, origin, f"/late{i}.txt", f"late {i}".encode())
+
+        async def all_archived() -> bool:
+            reply = await http.get("/topics/dataset1/changelist-archive.xml")
+            return reply.text.count("<url>") == 2
+
+        await eventually(all_archived, what="two closed lists")
+        async with running_agent(config_for(running, origin, dest)) as second:
+            await converged(origin, dest)
+            await until(lambda: second.agent.channel == "push", "push after the catch-up")
+        assert not [e for e in second.events if e["event"] == "rebaseline"]
+        assert not second.applied("baseline")

@@ -1,0 +1,938 @@
+"""Destination agent benchmark: ``rs-subscribe``'s agent against a real hub and a real origin.
+
+    .venv/bin/python -m bench.bench_subscriber [--rate 200] [--seconds 10]
+        [--catchup-changes 50000] [--resources 5000] [--json FILE]
+
+Starts a real hub (``rs-hub serve``, its own process, embedded valkey-server, Change Lists
+closed every ``--list-entries`` changes, stream retention 0) and a loopback HTTP origin (its
+own process: a Starlette app on uvicorn that serves what the bench PUTs), both on 127.0.0.1.
+The agent (:class:`subscriber.agent.Agent`), the poster and every baseline run in this
+process, on one event loop. Three figures, each beside a baseline measured in the same run:
+
+1. **Change -> file latency over push.** The agent follows topic ``latency`` by push. A poster
+   publishes one change per POST at ``--rate`` changes/s for ``--seconds``: it PUTs the new
+   bytes of a resource on the origin, then (clock starts) POSTs the one-change fragment to
+   the hub. Agent latency = arrival of the agent's ``applied`` event (the file renamed into
+   the mirror, the checkpoint committed) - clock start. Baseline: a bare
+   :func:`subscriber.push.push_changes` client on the same topic, same loop: push receive -
+   clock start. The difference per change is what the agent adds (fetch + verify + write +
+   checkpoint). Cross-checks: at every ``--sample-every``-th event the callback reads the
+   file back (it must hold the new bytes); for the same changes a task polls the file on disk
+   every 0.5 ms and records when the new bytes appear (independent of the callback).
+2. **Archive catch-up rate,** metadata-only (``fetch=False`` with the ``NullApplier``). Topic
+   ``catchup``: one change, an agent baseline (its checkpoint ends there), then
+   ``--catchup-changes`` more changes go into closed Change Lists (plus ``--catchup-open`` in
+   the open list) and the hub trims its stream. The agent started again asks the push
+   channel to resume, is told history is insufficient, and catches up from the Change List
+   Archive: the figure is changes/s over its ``catch-up`` phase. Baseline: the same list
+   bytes (GET from the hub) parsed with ``resourcesync.parse_document`` and with bare
+   ``lxml.etree.fromstring`` (median of 3).
+3. **Baseline rate** from the origin: ``--resources`` resources of ``--size`` bytes, seeded
+   on the hub as a Resource List (``POST /topics/baseline/baseline``); an agent baselines
+   into an empty mirror (``run(baseline_only=True)``) with each ``--concurrency``. Baseline:
+   a bare ``httpx.AsyncClient`` GETting the same URLs with the same number of workers (no
+   verify, no write). Figure: resources/s over the agent's ``baseline`` phase (Resource List
+   in hand -> last file written and committed).
+
+CPU seconds of this process, the hub, its valkey-server and the origin are read from /proc
+over each phase. ``--profile DIR`` writes cProfile stats of the agent's catch-up and baseline
+runs there (their figures are then marked as profiled). ``--phases`` runs a subset. All
+servers bind 127.0.0.1 and are stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import gc
+import hashlib
+import json
+import logging
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import lxml
+from lxml import etree
+
+from hub.push.protocol import TopicRequest
+from resourcesync import parse_document
+from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+from subscriber.agent import Agent, AgentConfig
+from subscriber.appliers import NullApplier
+from subscriber.push import Change, PushError, push_changes
+
+from .bench_push import children, cpu_s, free_port, percentile, stop_process
+from .fragments import change_fragment
+
+TOKEN = "bench-token"
+ROOT = Path(__file__).resolve().parents[1]
+TOPICS = ("latency", "catchup", "baseline")
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/xml"}
+XMLNS = (
+    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+)
+CATCHUP_URIS = "http://example.com/"  # change_fragment's locs; metadata-only, never fetched
+Key = tuple[str, datetime]
+"""A change: (URI, change time). Every change the bench posts has its own."""
+
+
+def log(message: str, *values: Any) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] " + message % values, file=sys.stderr, flush=True)
+
+
+def quantiles(values: Iterable[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "p50": percentile(ordered, 0.50),
+        "p90": percentile(ordered, 0.90),
+        "p99": percentile(ordered, 0.99),
+        "max": ordered[-1] if ordered else float("nan"),
+    }
+
+
+def content(name: str, size: int) -> bytes:
+    """``size`` deterministic bytes that start with ``name`` (each name its own bytes)."""
+    head = (name + "\n").encode()
+    filler = hashlib.sha256(head).hexdigest().encode()
+    body = head + filler * (size // len(filler) + 1)
+    return body[:size]
+
+
+# --- the origin (its own process) ------------------------------------------------------------
+
+
+async def serve_origin() -> None:
+    """GET serves what was PUT (or seeded); ``POST /_seed?prefix=p&n=N&size=S`` serves
+    ``content(f"/p/{i}", S)`` at ``/p/{i}`` for i < N. Prints its port as one JSON line, stops
+    at end of stdin."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from hub.server import bind
+
+    served: dict[str, bytes] = {}
+
+    async def resource(request: Request) -> Response:
+        path = request.scope["path"]
+        if request.method == "PUT":
+            served[path] = await request.body()
+            return Response(status_code=204)
+        body = served.get(path)
+        if body is None:
+            return Response(b"not found\n", status_code=404, media_type="text/plain")
+        return Response(body, media_type="application/octet-stream")
+
+    async def seed(request: Request) -> Response:
+        prefix, size = request.query_params["prefix"], int(request.query_params["size"])
+        for i in range(int(request.query_params["n"])):
+            served[f"/{prefix}/{i}"] = content(f"/{prefix}/{i}", size)
+        return Response(status_code=204)
+
+    app = Starlette(
+        routes=[
+            Route("/_seed", seed, methods=["POST"]),
+            Route("/{path:path}", resource, methods=["GET", "PUT"]),
+        ]
+    )
+    sock = bind("127.0.0.1", 0)  # IPPROTO_TCP: asyncio sets TCP_NODELAY on its connections
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+            return
+        await asyncio.sleep(0.01)
+    print(json.dumps({"port": sock.getsockname()[1]}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    server.should_exit = True
+    await task
+
+
+class OriginProcess:
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.bench_subscriber", "--origin"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the origin process exited during startup")
+        self.url = f"http://127.0.0.1:{json.loads(line)['port']}"
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        stop_process(self.process, timeout=20)
+
+
+# --- the hub (its own process) ---------------------------------------------------------------
+
+
+def start_hub(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, str]:
+    """``rs-hub serve``; returns (process, base URL, push URL). Change Lists close every
+    ``--list-entries`` changes and the stream keeps nothing already in a closed list
+    (retention 0), so the catch-up phase finds its history in the archive only."""
+    port, push_port = free_port(), free_port()
+    names = ", ".join(f'"{name}"' for name in TOPICS)
+    config = workdir / "hub.toml"
+    config.write_text(
+        f"""
+rotation_interval_s = 0.2
+[hub]
+base_url = "http://127.0.0.1:{port}"
+{"".join(f'[[topics]]{chr(10)}name = "{name}"{chr(10)}' for name in TOPICS)}
+[[sources]]
+name = "bench"
+token_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"
+topics = [{names}]
+[limits]
+changelist_max_entries = {args.list_entries}
+changelist_max_age_s = 86400
+retention_s = 0
+max_entries_per_request = 50000
+max_body_bytes = 52428800
+[push]
+port = {push_port}
+"""
+    )
+    command = [str(Path(sys.executable).parent / "rs-hub"), "serve", "--config", str(config)]
+    process = subprocess.Popen(
+        [*command, "--port", str(port), "--data-dir", str(workdir / "hub-data")],
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "hub.log").open("wb"),
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/readyz", timeout=1, trust_env=False).status_code == 200:
+                return process, base, f"ws://127.0.0.1:{push_port}/"
+        if process.poll() is not None:
+            raise RuntimeError(f"hub exited during startup: {(workdir / 'hub.log').read_text()}")
+        time.sleep(0.05)
+    stop_process(process)
+    raise RuntimeError("hub not ready after 30 s")
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+class Cpu:
+    """CPU seconds used by named processes between construction and :meth:`used`, as % of
+    one core over the wall time."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.wall = time.monotonic()
+        self.start = {name: cpu_s(pid) for name, pid in pids.items()}
+
+    def used(self) -> dict[str, float]:
+        wall = time.monotonic() - self.wall
+        return {
+            name: 100 * (cpu_s(pid) - self.start[name]) / wall for name, pid in self.pids.items()
+        }
+
+
+@dataclass
+class TimedPhase:
+    """A :class:`subscriber.progress.Phase` that only records when it ran and its count."""
+
+    name: str
+    started: float = field(default_factory=time.perf_counter)
+    ended: float | None = None
+    done: int = 0
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+
+    def close(self) -> None:
+        self.ended = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        assert self.ended is not None, f"phase {self.name} did not end"
+        return self.ended - self.started
+
+
+class TimingReporter:
+    def __init__(self) -> None:
+        self.phases: list[TimedPhase] = []
+
+    def phase(self, name: str, total: int | None) -> TimedPhase:
+        self.phases.append(TimedPhase(name))
+        return self.phases[-1]
+
+    def last(self, name: str) -> TimedPhase | None:
+        return next((p for p in reversed(self.phases) if p.name == name), None)
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
+    """The agent's :meth:`run` as a task; stopped (and its errors raised) on exit."""
+    task = asyncio.create_task(agent.run(), name="agent")
+    try:
+        yield task
+    finally:
+        agent.stop()
+        async with asyncio.timeout(30):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def resource_list(entries: Iterable[tuple[str, bytes]], at: datetime) -> bytes:
+    """A Resource List (§10) of (URI, bytes): lastmod, md5, length and type per resource."""
+    lastmod = format_w3c_datetime(at - timedelta(seconds=1))
+    urls = "".join(
+        f"<url><loc>{uri}</loc><lastmod>{lastmod}</lastmod>"
+        f'<rs:md hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
+        f'type="application/octet-stream"/></url>'
+        for uri, body in entries
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
+        f'<rs:md capability="resourcelist" at="{format_w3c_datetime(at)}"/>{urls}</urlset>'
+    ).encode()
+
+
+def one_change(uri: str, change: str, when: datetime, body: bytes) -> bytes:
+    """A one-change fragment, as a Source sends it: datetime, md5, length, type."""
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
+        f'<rs:md capability="changelist"/><url><loc>{uri}</loc>'
+        f'<rs:md change="{change}" datetime="{format_w3c_datetime(when)}" '
+        f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
+        f'type="application/octet-stream"/></url></urlset>'
+    ).encode()
+
+
+@dataclass
+class Env:
+    args: argparse.Namespace
+    workdir: Path
+    hub_url: str
+    push_url: str
+    origin: OriginProcess
+    http: httpx.AsyncClient
+    pids: dict[str, int]
+
+    async def post(self, topic: str, body: bytes, kind: str = "changes") -> dict[str, Any]:
+        reply = await self.http.post(f"{self.hub_url}/topics/{topic}/{kind}", content=body)
+        if reply.status_code != 202:
+            raise RuntimeError(f"POST {topic}/{kind}: {reply.status_code} {reply.text[:300]}")
+        receipt: dict[str, Any] = reply.json()
+        return receipt
+
+    async def metric(self, name: str, topic: str) -> float | None:
+        text = (await self.http.get(f"{self.hub_url}/metrics")).text
+        prefix = f'{name}{{topic="{topic}"}} '
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                return float(line[len(prefix) :])
+        return None
+
+    def config(self, topic: str, dest: str, **options: Any) -> AgentConfig:
+        options.setdefault("maps", [(self.origin.url + "/", "")])
+        return AgentConfig(
+            source_url=self.hub_url, dest=self.workdir / dest, topic=topic, **options
+        )
+
+
+# --- 1. change -> file latency over push -----------------------------------------------------
+
+
+class Poster:
+    """One change per POST: the origin gets the new bytes first (PUT), then the clock starts
+    and the fragment goes to the hub. The POSTs go one after the other, so change times
+    strictly increase at the hub; a change's PUT may overlap the previous change's POST."""
+
+    def __init__(self, env: Env, topic: str) -> None:
+        self.env = env
+        self.topic = topic
+        self.last = datetime.now(UTC) - timedelta(seconds=1)
+        self.started: dict[Key, float] = {}
+        self.post_ms: list[float] = []
+        self._posted: asyncio.Future[None] | None = None
+
+    async def publish(
+        self, path: str, version: int, before: Callable[[Key, bytes], None] | None = None
+    ) -> Key:
+        """``before(key, bytes)`` runs once the origin has the bytes, before the POST."""
+        env = self.env
+        previous, posted = self._posted, asyncio.get_running_loop().create_future()
+        self._posted = posted
+        try:
+            uri = env.origin.url + path
+            body = content(f"{path} version {version}", env.args.size)
+            reply = await env.http.put(uri, content=body)
+            reply.raise_for_status()
+            if previous is not None:
+                await previous
+            self.last = max(datetime.now(UTC), self.last + timedelta(microseconds=1))
+            key = (uri, self.last)
+            fragment = one_change(uri, "created" if version == 0 else "updated", self.last, body)
+            if before is not None:
+                before(key, body)
+            started = time.perf_counter()
+            self.started[key] = started
+            await env.post(self.topic, fragment)
+            self.post_ms.append((time.perf_counter() - started) * 1000)
+            return key
+        finally:
+            posted.set_result(None)
+
+
+async def latency_phase(env: Env) -> dict[str, Any]:
+    args = env.args
+    topic = "latency"
+    config = env.config(topic, "latency-mirror", concurrency=args.latency_concurrency)
+    dest = config.dest
+    applied: dict[Key, float] = {}
+    pushed: dict[Key, float] = {}
+    samples: dict[Key, bytes] = {}
+    read_back = Counter[str]()
+    other_events = Counter[str]()
+
+    def on_event(event: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if event["event"] != "applied" or event["channel"] != "push":
+            other_events[f"{event['event']} {event.get('channel', '')}".strip()] += 1
+            return
+        key = (event["uri"], parse_w3c_datetime(event["time"]))
+        applied[key] = now
+        expected = samples.get(key)
+        if expected is not None:
+            path = dest / urlsplit(event["uri"]).path.lstrip("/")
+            read_back["right" if path.read_bytes() == expected else "wrong"] += 1
+
+    async def bare_client(subscribed: asyncio.Event) -> None:
+        async for item in push_changes(env.push_url, [TopicRequest(topic=topic)]):
+            if isinstance(item, Change):
+                now = time.perf_counter()
+                pushed[(item.loc, parse_w3c_datetime(item.datetime))] = now
+            elif item.get("type") == "subscribed":
+                subscribed.set()
+
+    disk_seen: dict[Key, float] = {}
+
+    async def watch_disk(key: Key, path: Path, expected: bytes) -> None:
+        """Independent of the callback: poll the file until it holds the new bytes."""
+        deadline = time.perf_counter() + 30
+        while time.perf_counter() < deadline:
+            with contextlib.suppress(FileNotFoundError):
+                if path.read_bytes() == expected:
+                    disk_seen[key] = time.perf_counter()
+                    return
+            await asyncio.sleep(0.0005)
+
+    watchers: set[asyncio.Task[None]] = set()
+
+    def sampler(path: Path) -> Callable[[Key, bytes], None]:
+        def register(key: Key, body: bytes) -> None:
+            samples[key] = body
+            watcher = asyncio.create_task(watch_disk(key, path, body))
+            watchers.add(watcher)
+            watcher.add_done_callback(watchers.discard)
+
+        return register
+
+    agent = Agent(config, events=on_event, reporter=TimingReporter())
+    poster = Poster(env, topic)
+    async with agent_running(agent) as task:
+        await until(lambda: agent.channel == "push" or task.done(), "the push session", 60)
+        if task.done():
+            task.result()
+        subscribed = asyncio.Event()
+        bare = asyncio.create_task(bare_client(subscribed))
+        try:
+            async with asyncio.timeout(30):
+                await subscribed.wait()
+            # Warm-up: connections (hub, origin) open, code paths hot; not counted.
+            warm = [await poster.publish(f"/warm/{i}", 0) for i in range(args.warm_up)]
+            await until(lambda: all(k in applied for k in warm), "the warm-up changes", 30)
+            count = round(args.rate * args.seconds)
+            publishing: list[asyncio.Task[Key]] = []
+            late = 0
+            cpu = Cpu(env.pids)
+            loop = asyncio.get_running_loop()
+            start = loop.time() + 0.05
+            for k in range(count):
+                delay = start + k / args.rate - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                else:
+                    late += 1
+                resource = k % args.live_resources
+                path = f"/live/{resource}"
+                sample = sampler(dest / path.lstrip("/")) if k % args.sample_every == 0 else None
+                publishing.append(
+                    asyncio.create_task(poster.publish(path, k // args.live_resources, sample))
+                )
+            measured = list(await asyncio.gather(*publishing))
+            posted_rate = count / (loop.time() - start)
+            await until(
+                lambda: all(k in applied and k in pushed for k in measured),
+                "every change applied and pushed",
+                60,
+            )
+            used = cpu.used()
+        finally:
+            bare.cancel()
+            with contextlib.suppress(asyncio.CancelledError, PushError):
+                await bare
+            for watcher in list(watchers):
+                watcher.cancel()
+    stats = agent.mirror.stats if agent.mirror else Counter()
+    agent_ms = [(applied[k] - poster.started[k]) * 1000 for k in measured]
+    bare_ms = [(pushed[k] - poster.started[k]) * 1000 for k in measured]
+    added_ms = [(applied[k] - pushed[k]) * 1000 for k in measured]
+    sampled = [k for k in samples if k in disk_seen]
+    disk_ms = [(disk_seen[k] - poster.started[k]) * 1000 for k in sampled]
+    disk_minus_event = [(disk_seen[k] - applied[k]) * 1000 for k in sampled]
+    return {
+        "changes": len(measured),
+        "rate_target": args.rate,
+        "rate_posted": posted_rate,
+        "posts_late": late,
+        "post_ms": quantiles(poster.post_ms[args.warm_up :]),
+        "bare_push_ms": quantiles(bare_ms),
+        "agent_applied_ms": quantiles(agent_ms),
+        "agent_added_ms": quantiles(added_ms),
+        "agent_over_bare_p50": percentile(sorted(agent_ms), 0.5) / percentile(sorted(bare_ms), 0.5),
+        "sample_disk_ms": quantiles(disk_ms),
+        "sample_event_ms": quantiles((applied[k] - poster.started[k]) * 1000 for k in sampled),
+        "sample_disk_minus_event_ms": quantiles(disk_minus_event),
+        "read_back_at_event": dict(read_back),
+        "other_events": dict(other_events),
+        "mirror_stats": dict(stats),
+        "cpu_percent": used,
+    }
+
+
+# --- 2. archive catch-up (metadata-only) -----------------------------------------------------
+
+
+async def catchup_phase(env: Env) -> dict[str, Any]:
+    args = env.args
+    topic = "catchup"
+    total = args.catchup_changes + args.catchup_open
+    closed = total // args.list_entries
+    open_count = total - closed * args.list_entries
+    start = datetime.now(UTC) - timedelta(hours=1)
+    step = timedelta(microseconds=10)
+
+    def fragment(first: int, last: int) -> bytes:
+        return change_fragment(
+            ((n, format_w3c_datetime(start + step * n)) for n in range(first, last)),
+            distinct=args.catchup_distinct,
+        )
+
+    config = env.config(topic, "catchup-mirror", fetch=False, maps=[(CATCHUP_URIS, "")])
+    # Change 0, then a baseline: the checkpoint's watermark is change 0's time. (With no
+    # change before the baseline the agent could not catch up at all: the first list's
+    # `from` would be after the baseline's `at` — see the report.)
+    await env.post(topic, fragment(0, 1))
+    await Agent(config, applier=NullApplier(), reporter=TimingReporter()).run(baseline_only=True)
+    log("catch-up: posting %d changes", total - 1)
+    for first in range(1, total, args.catchup_fragment):
+        await env.post(topic, fragment(first, min(total, first + args.catchup_fragment)))
+    lists = [f"{env.hub_url}/topics/{topic}/changelists/{n}.xml" for n in range(closed)]
+
+    async def rotated() -> bool:
+        last = await env.http.get(lists[-1]) if lists else None
+        length = await env.metric("rspush_stream_length", topic)
+        return (last is None or last.status_code == 200) and length == open_count
+
+    deadline = time.monotonic() + 120
+    while not await rotated():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the hub did not close and trim the catch-up lists in 120 s")
+        await asyncio.sleep(0.1)
+
+    # The timed run: the agent resumes from change 0's time.
+    reporter = TimingReporter()
+    events = Counter[str]()
+
+    def on_event(event: dict[str, Any]) -> None:
+        events[f"{event['event']} {event.get('channel', '')}".strip()] += 1
+
+    agent = Agent(config, applier=NullApplier(), events=on_event, reporter=reporter)
+    profile = cProfile.Profile() if args.profile else None
+    log("catch-up: agent run%s", " (profiled)" if profile else "")
+    gc.collect()
+    cpu = Cpu(env.pids)
+    started = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    async with agent_running(agent) as task:
+
+        def caught_up() -> bool:
+            phase = reporter.last("catch-up")
+            return task.done() or (
+                phase is not None and phase.ended is not None and agent.channel == "push"
+            )
+
+        await until(caught_up, "the catch-up", 300)
+        if task.done():
+            task.result()
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(args.profile / "catchup.prof")
+    used = cpu.used()
+    phase = reporter.last("catch-up")
+    assert phase is not None and phase.ended is not None
+    last_time = start + step * (total - 1)
+    assert agent.mirror is not None
+    watermark = agent.mirror.watermark.last_time
+    if watermark != last_time or agent.rebaselines:
+        raise RuntimeError(f"catch-up ended at {watermark}, not {last_time}")
+
+    # Baseline: the same bytes, parsed bare.
+    bodies = [(await env.http.get(url)).content for url in lists]
+    bodies.append((await env.http.get(f"{env.hub_url}/topics/{topic}/changelist.xml")).content)
+    parse_s = timed_median(lambda: [parse_document(b) for b in bodies], args.repeat)
+    lxml_s = timed_median(lambda: [etree.fromstring(b) for b in bodies], args.repeat)
+    changes = phase.done
+    return {
+        "profiled": profile is not None,
+        "closed_lists": closed,
+        "list_entries": args.list_entries,
+        "changes_in_closed_lists": closed * args.list_entries,
+        "changes_in_open_list": open_count,
+        "distinct_uris": args.catchup_distinct,
+        "bytes": sum(len(b) for b in bodies),
+        "changes_submitted": changes,
+        "events": dict(events),
+        "mirror_stats": dict(agent.mirror.stats),
+        "catchup_seconds": phase.seconds,
+        "run_start_to_catchup_end_seconds": phase.seconds + (phase.started - started),
+        "changes_per_s": changes / phase.seconds,
+        "parse_document_seconds": parse_s,
+        "parse_document_changes_per_s": changes / parse_s,
+        "lxml_seconds": lxml_s,
+        "lxml_changes_per_s": changes / lxml_s,
+        "over_parse_document": phase.seconds / parse_s,
+        "over_lxml": phase.seconds / lxml_s,
+        "cpu_percent": used,
+    }
+
+
+def timed_median(work: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+# --- 3. baseline from the origin -------------------------------------------------------------
+
+
+async def bare_fetch(
+    urls: list[str], concurrency: int, limits: httpx.Limits | None = None
+) -> tuple[float, int]:
+    """GET every URL with ``concurrency`` workers on one httpx client — by default with
+    httpx's default limits, as the agent's client has; returns (seconds, bytes)."""
+    pending = iter(urls)
+    got = 0
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal got
+        for url in pending:
+            reply = await client.get(url)
+            reply.raise_for_status()
+            got += len(reply.content)
+
+    async with httpx.AsyncClient(timeout=30, limits=limits or httpx.Limits()) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        return time.perf_counter() - started, got
+
+
+async def baseline_phase(env: Env) -> dict[str, Any]:
+    args = env.args
+    topic = "baseline"
+    n, size = args.resources, args.size
+    reply = await env.http.post(
+        f"{env.origin.url}/_seed", params={"prefix": "bl", "n": n, "size": size}
+    )
+    reply.raise_for_status()
+    paths = [f"/bl/{i}" for i in range(n)]
+    urls = [env.origin.url + path for path in paths]
+    at = datetime.now(UTC)
+    listing = resource_list(((env.origin.url + p, content(p, size)) for p in paths), at)
+    await env.post(topic, listing, kind="baseline")
+    rows = []
+    for concurrency in args.concurrency:
+        log("baseline: %d resources, concurrency %d", n, concurrency)
+        cpu = Cpu(env.pids)
+        bare_s, got = await bare_fetch(urls, concurrency)
+        bare_cpu = cpu.used()
+        if got != n * size:
+            raise RuntimeError(f"bare fetch got {got} bytes, not {n * size}")
+        # Information: httpx keeps at most 20 idle connections by default; with more workers
+        # than that, connections are closed and opened again all the time.
+        pool = httpx.Limits(max_connections=None, max_keepalive_connections=concurrency)
+        pooled_s, _ = await bare_fetch(urls, concurrency, pool)
+        config = env.config(topic, f"baseline-mirror-{concurrency}", concurrency=concurrency)
+        reporter = TimingReporter()
+        failed = Counter[str]()
+
+        def on_event(event: dict[str, Any], failed: Counter[str] = failed) -> None:
+            if event["event"] != "applied":
+                failed[event["event"]] += 1
+
+        agent = Agent(config, events=on_event, reporter=reporter)
+        gc.collect()
+        cpu = Cpu(env.pids)
+        profile = cProfile.Profile() if args.profile else None
+        started = time.perf_counter()
+        if profile is not None:
+            profile.enable()
+        await agent.run(baseline_only=True)
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile / f"baseline-{concurrency}.prof")
+        run_s = time.perf_counter() - started
+        agent_cpu = cpu.used()
+        phase = reporter.last("baseline")
+        assert phase is not None
+        wrong = sum(
+            (config.dest / p.lstrip("/")).read_bytes() != content(p, size)
+            for p in paths
+            if (config.dest / p.lstrip("/")).exists()
+        )
+        files = sum(1 for p in paths if (config.dest / p.lstrip("/")).exists())
+        if failed or wrong or files != n:
+            raise RuntimeError(f"baseline: {files} files, {wrong} wrong, events {dict(failed)}")
+        rows.append(
+            {
+                "concurrency": concurrency,
+                "bare_seconds": bare_s,
+                "bare_per_s": n / bare_s,
+                "bare_keepalive_pool_per_s": n / pooled_s,
+                "profiled": profile is not None,
+                "agent_phase_seconds": phase.seconds,
+                "agent_run_seconds": run_s,
+                "agent_per_s": n / phase.seconds,
+                "agent_over_bare": phase.seconds / bare_s,
+                "bare_cpu_percent": bare_cpu,
+                "agent_cpu_percent": agent_cpu,
+            }
+        )
+    return {"resources": n, "size": size, "rows": rows}
+
+
+# --- running and reporting -------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    origin = OriginProcess()
+    hub = None
+    results: dict[str, Any] = {}
+    try:
+        hub, hub_url, push_url = start_hub(workdir, args)
+        pids = {"bench": os.getpid(), "hub": hub.pid, "origin": origin.process.pid}
+        for pid in children(hub.pid)[:1]:  # the embedded valkey-server
+            pids["valkey"] = pid
+        async with httpx.AsyncClient(timeout=120, headers=AUTH) as http:
+            env = Env(args, workdir, hub_url, push_url, origin, http, pids)
+            if "latency" in args.phases:
+                log("latency: %d changes/s for %.0f s", args.rate, args.seconds)
+                results["latency"] = await latency_phase(env)
+            if "catchup" in args.phases:
+                results["catchup"] = await catchup_phase(env)
+            if "baseline" in args.phases:
+                results["baseline"] = await baseline_phase(env)
+    except BaseException:
+        if (workdir / "hub.log").exists():
+            lines = (workdir / "hub.log").read_text(errors="replace").splitlines()
+            print("hub log (last 40 lines):\n" + "\n".join(lines[-40:]), file=sys.stderr)
+        raise
+    finally:
+        origin.stop()
+        if hub is not None:
+            stop_process(hub)
+    return results
+
+
+def cpu_line(used: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.0f}" for name, value in used.items())
+
+
+def ms(q: dict[str, float]) -> str:
+    return (
+        f"p50 {q['p50']:6.2f}  p90 {q['p90']:6.2f}  p99 {q['p99']:6.2f}  max {q['max']:7.2f} ms"
+        f"  (n={q['n']})"
+    )
+
+
+def report(results: dict[str, Any]) -> None:
+    env = results["environment"]
+    print(f"command: {env['command']}")
+    print(
+        f"python {env['python']}, lxml {env['lxml']}, {env['cpus']} cpus, "
+        f"load average {env['loadavg']}, commit {env['commit']}"
+    )
+    if "latency" in results:
+        lat = results["latency"]
+        print()
+        print(
+            f"1. Change -> file over push: {lat['changes']:,} one-change POSTs at "
+            f"{lat['rate_posted']:.0f}/s (target {lat['rate_target']}, {lat['posts_late']} late)"
+        )
+        print(f"   bare push client (baseline)   {ms(lat['bare_push_ms'])}")
+        print(f"   agent, file applied           {ms(lat['agent_applied_ms'])}")
+        print(f"   added by the agent (per chg)  {ms(lat['agent_added_ms'])}")
+        print(f"   agent / bare push, p50        {lat['agent_over_bare_p50']:.2f}x")
+        print(
+            f"   sample: file seen on disk     {ms(lat['sample_disk_ms'])}; "
+            f"disk - event p50 {lat['sample_disk_minus_event_ms']['p50']:.2f} ms"
+        )
+        print(
+            f"   read back at the event: {lat['read_back_at_event']}; POST round trip "
+            f"p50 {lat['post_ms']['p50']:.2f} ms; other events {lat['other_events'] or '-'}"
+        )
+        print(f"   CPU % of a core: {cpu_line(lat['cpu_percent'])}")
+    if "catchup" in results:
+        cu = results["catchup"]
+        print()
+        print(
+            f"2. Archive catch-up, metadata-only{' (PROFILED)' if cu['profiled'] else ''}: "
+            f"{cu['changes_submitted']:,} changes ({cu['closed_lists']} closed lists of "
+            f"{cu['list_entries']:,} + {cu['changes_in_open_list']:,} open, "
+            f"{cu['distinct_uris']:,} URIs, {cu['bytes'] / 1e6:.1f} MB)"
+        )
+        print(f"   bare lxml.etree.fromstring    {cu['lxml_changes_per_s']:>10,.0f} changes/s")
+        print(f"   resourcesync.parse_document   {cu['parse_document_changes_per_s']:>10,.0f}")
+        print(
+            f"   agent catch-up                {cu['changes_per_s']:>10,.0f}   "
+            f"= {cu['over_parse_document']:.1f}x parse_document time, "
+            f"{cu['over_lxml']:.1f}x lxml time ({cu['catchup_seconds']:.2f} s; "
+            f"{cu['run_start_to_catchup_end_seconds']:.2f} s from agent start)"
+        )
+        print(f"   events {cu['events']}; mirror {cu['mirror_stats']}")
+        print(f"   CPU % of a core: {cpu_line(cu['cpu_percent'])}")
+    if "baseline" in results:
+        bl = results["baseline"]
+        print()
+        print(f"3. Baseline from the origin: {bl['resources']:,} resources of {bl['size']} bytes")
+        print(
+            f"   {'conc':>4} {'bare GET/s':>11} {'agent/s':>9} {'time ratio':>11}  "
+            f"{'bare, keep-alive pool = conc':>28}  CPU % (agent run)"
+        )
+        for row in bl["rows"]:
+            print(
+                f"   {row['concurrency']:>4} {row['bare_per_s']:>11,.0f} "
+                f"{row['agent_per_s']:>9,.0f} {row['agent_over_bare']:>10.2f}x  "
+                f"{row['bare_keepalive_pool_per_s']:>28,.0f}  "
+                f"{cpu_line(row['agent_cpu_percent'])}{' PROFILED' if row['profiled'] else ''}"
+            )
+        print("   CPU % (bare run): " + cpu_line(bl["rows"][0]["bare_cpu_percent"]))
+
+
+def git_state() -> str:
+    """The checkout measured: commit, and whether files differ from it."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return commit + (" (modified)" if dirty else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", default="latency,catchup,baseline")
+    parser.add_argument("--rate", type=float, default=200, help="changes/s (latency)")
+    parser.add_argument("--seconds", type=float, default=10, help="latency run length")
+    parser.add_argument("--live-resources", type=int, default=500, help="resources updated")
+    parser.add_argument("--latency-concurrency", type=int, default=8)
+    parser.add_argument("--sample-every", type=int, default=10, help="disk cross-check")
+    parser.add_argument("--warm-up", type=int, default=50, help="changes before measuring")
+    parser.add_argument("--catchup-changes", type=int, default=50_000, help="in closed lists")
+    parser.add_argument("--catchup-open", type=int, default=1000, help="in the open list")
+    parser.add_argument("--catchup-distinct", type=int, default=10_000, help="distinct URIs")
+    parser.add_argument("--catchup-fragment", type=int, default=5000, help="changes per POST")
+    parser.add_argument("--list-entries", type=int, default=5000, help="changelist_max_entries")
+    parser.add_argument("--repeat", type=int, default=3, help="bare parse runs (median)")
+    parser.add_argument("--resources", type=int, default=5000, help="baseline resources")
+    parser.add_argument("--size", type=int, default=1024, help="bytes per resource")
+    parser.add_argument("--concurrency", default="8,32", help="baseline concurrency values")
+    parser.add_argument(
+        "--profile", type=Path, help="write cProfile stats of the agent runs into this directory"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--origin", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.origin:
+        asyncio.run(serve_origin())
+        return
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    args.phases = set(args.phases.split(","))
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    logging.getLogger("rs_subscribe").setLevel(logging.ERROR)  # expected warnings: catch-up
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rspush-bench-subscriber-") as tmp:
+        results = asyncio.run(run(args, Path(tmp)))
+    results["environment"] = {
+        "command": shlex.join([".venv/bin/python", "-m", "bench.bench_subscriber", *sys.argv[1:]]),
+        "python": platform.python_version(),
+        "lxml": ".".join(map(str, lxml.etree.LXML_VERSION)),
+        "cpus": os.cpu_count(),
+        "loadavg": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        "commit": git_state(),
+        "seconds": time.monotonic() - started,
+    }
+    report(results)
+    print(f"\n(total {results['environment']['seconds']:.0f} s)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
