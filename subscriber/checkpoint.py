@@ -91,6 +91,7 @@ class Checkpoint:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(path)
         self._closed = False
+        self._batch = False
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -106,6 +107,7 @@ class Checkpoint:
         if self._closed:
             return  # the lock's fd number may already belong to another file
         self._closed = True
+        self.commit_batch()
         self._db.close()
         _unlock(self._lock)
 
@@ -262,21 +264,51 @@ class Checkpoint:
             (self.source, self.topic, watermark.epoch, watermark.position, last, _us(now)),
         )
 
+    # --- group commit ----------------------------------------------------------------------
+
+    @property
+    def in_batch(self) -> bool:
+        return self._batch
+
+    def begin_batch(self) -> None:
+        """Open one transaction for the records that follow, until :meth:`commit_batch`.
+
+        Each record stays atomic inside it (a savepoint); the batch only saves the commit
+        per change — the agent commits at the end of every event-loop pass, so a burst of
+        changes finishing together costs one commit. A crash loses the uncommitted records
+        *and* the watermark they moved: those changes simply come again.
+        """
+        if not self._batch:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._batch = True
+
+    def commit_batch(self) -> None:
+        if self._batch:
+            self._batch = False
+            self._db.execute("COMMIT")
+
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self._db, savepoint=self._batch)
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, *, savepoint: bool) -> None:
         self.db = db
+        self.savepoint = savepoint
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("SAVEPOINT record" if self.savepoint else "BEGIN IMMEDIATE")
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        if not self.savepoint:
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        elif kind is None:
+            self.db.execute("RELEASE record")
+        else:
+            self.db.execute("ROLLBACK TO record")
+            self.db.execute("RELEASE record")
 
 
 def list_topics(path: Path) -> list[tuple[TopicState, dict[str, int]]]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import PurePosixPath
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 from .errors import UnmappedURIError
 
@@ -25,6 +25,7 @@ INDEX_NAME = "index"
 """The file name for a URI whose path ends in ``/`` (a directory has no bytes of its own)."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_MEMO_SIZE = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +40,8 @@ class _Prefix:
         return (self.scheme, self.host, self.port)
 
     @classmethod
-    def parse(cls, uri: str) -> _Prefix:
-        parts = urlsplit(uri)
+    def parse(cls, uri: str, parts: SplitResult | None = None) -> _Prefix:
+        parts = parts or urlsplit(uri)
         if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
             raise ValueError(f"{uri!r} is not an http(s) URI")
         port = parts.port or _DEFAULT_PORTS[parts.scheme]
@@ -76,13 +77,26 @@ class UriMap:
         rules.sort(key=lambda rule: len(_Prefix.parse(rule[0]).segments), reverse=True)
         return cls(tuple(rules))
 
+    @cached_property
+    def _memo(self) -> dict[str, PurePosixPath]:
+        return {}
+
     def path_for(self, uri: str) -> PurePosixPath:
         """The destination-relative path for ``uri``; :class:`UnmappedURIError` if none."""
+        # Remembered: a resource changes many times, and this runs for every change.
+        path = self._memo.get(uri)
+        if path is None:
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.clear()
+            path = self._memo[uri] = self._path_for(uri)
+        return path
+
+    def _path_for(self, uri: str) -> PurePosixPath:
         try:
-            target = _Prefix.parse(uri)
+            parts = urlsplit(uri)
+            target = _Prefix.parse(uri, parts)
         except ValueError as exc:
             raise UnmappedURIError(uri, str(exc)) from None
-        parts = urlsplit(uri)
         for (_, directory), prefix in zip(self.rules, self._prefixes, strict=True):
             if prefix.origin != target.origin:
                 continue

@@ -33,6 +33,8 @@ log = logging.getLogger("rs_subscribe")
 DEFAULT_CONCURRENCY = 8
 DEFAULT_WINDOW = 2048
 """Changes queued ahead of the ones applying (tasks waiting for a slot: cheap)."""
+_BATCH_MAX = 1000
+"""Records per commit at most (a long burst still commits regularly)."""
 _FLUSH_EVERY = 500
 """Skipped changes move the watermark in memory; it is written at least this often."""
 
@@ -84,6 +86,8 @@ class Mirror:
         self._idle.set()
         self.epoch: str | None = self.watermark.epoch
         self.hold_watermark = False
+        self._unreported: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
+        self._batched = 0
         """True during a baseline: the checkpoint's watermark must not move until it ends."""
 
     # --- submitting ------------------------------------------------------------------------
@@ -124,6 +128,7 @@ class Mirror:
         if self._dirty and not self.hold_watermark:
             self.checkpoint.set_watermark(self.watermark, now=self.clock())
             self._dirty = 0
+        self.commit()
 
     def set_watermark(self, watermark: Watermark) -> None:
         """Move the watermark without a change (a baseline's ``at``, a subscription's
@@ -133,6 +138,7 @@ class Mirror:
         self.epoch = watermark.epoch
         self.checkpoint.set_watermark(watermark, now=self.clock())
         self._dirty = 0
+        self.commit()
 
     # --- applying --------------------------------------------------------------------------
 
@@ -261,6 +267,10 @@ class Mirror:
         moved = self._advance() and not self.hold_watermark
         watermark = self.watermark if moved else None
         now = self.clock()
+        if (failure is not None or state is not None) and not self.checkpoint.in_batch:
+            # Group commit: everything finishing in this event-loop pass, one COMMIT.
+            self.checkpoint.begin_batch()
+            asyncio.get_running_loop().call_soon(self.commit)
         if failure is not None:
             log.warning("%s", failure)
             self.checkpoint.record_failure(change, failure, watermark, now=now)
@@ -294,7 +304,24 @@ class Mirror:
             moved = True
         return moved
 
+    def commit(self) -> None:
+        """Commit the open batch, then tell the world: an event (or outcome) is only ever
+        reported once its record is durable."""
+        self.checkpoint.commit_batch()
+        self._batched = 0
+        pending, self._unreported = self._unreported, []
+        for args in pending:
+            self._report(*args)
+
     def _emit(self, change: ResourceChange, event: str, now: datetime, **extra: Any) -> None:
+        self._unreported.append((change, event, now, extra))
+        self._batched += 1
+        if self._batched >= _BATCH_MAX:
+            self.commit()
+
+    def _report(
+        self, change: ResourceChange, event: str, now: datetime, extra: dict[str, Any]
+    ) -> None:
         if self.on_outcome is not None:
             self.on_outcome(Outcome(change, event, now, extra.get("reason")))
         if self.events is None:
