@@ -17,6 +17,7 @@ from resourcesync.w3cdt import parse_w3c_datetime
 from subscriber.agent import AgentConfig
 from subscriber.api import Subscription
 from subscriber.changes import Channel, Outcome, ResourceChange
+from subscriber.filters import ChangeFilter
 from tests.hub import conftest as hub_fixtures
 from tests.hub.conftest import HubFactory, auth, eventually, make_settings
 from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
@@ -383,3 +384,69 @@ async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
             await until(lambda: second.agent.channel == "push", "push after the catch-up")
         assert not [e for e in second.events if e["event"] == "rebaseline"]
         assert not second.applied("baseline")
+
+
+async def post_with_links(
+    http: httpx.AsyncClient, origin: Origin, items: list[tuple[str, str, bytes | None, str]]
+) -> None:
+    """(path, change, content, extra rs:ln XML) at strictly increasing times."""
+    urls = []
+    for path, change, content, links in items:
+        md = f'change="{change}" datetime="{origin.clock.next()}"'
+        if content is None:
+            origin.delete(path)
+        else:
+            origin.put(path, content)
+            md += f' length="{len(content)}" hash="md5:{hashlib.md5(content).hexdigest()}"'
+        urls.append(f"<url><loc>{origin.uri(path)}</loc><rs:md {md}/>{links}</url>")
+    body = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:rs="http://www.openarchives.org/rs/terms/"><rs:md capability="changelist"/>'
+        + "".join(urls)
+        + "</urlset>"
+    )
+    reply = await http.post("/topics/dataset1/changes", content=body, headers=auth())
+    assert reply.status_code == 202, reply.text
+
+
+async def test_filters_choose_a_collection_and_its_deletions_still_apply(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    theses = "http://example.org/collections/theses"
+    in_set = f'<rs:ln rel="collection" href="{theses}"/>'
+    dest = tmp_path / "mirror"
+    async with running_origin() as origin:
+        await post_with_links(
+            client,
+            origin,
+            [
+                ("/t1.pdf", "created", b"thesis 1", in_set),
+                ("/a1.pdf", "created", b"article 1", ""),
+                ("/t2.pdf", "created", b"thesis 2", in_set),
+                ("/skip/t3.pdf", "created", b"thesis 3", in_set),
+            ],
+        )
+        config = config_for(
+            hub,
+            origin,
+            dest,
+            change_filter=ChangeFilter.build(collection=theses, exclude=["/skip/"]),
+        )
+        async with running_agent(config) as run:
+            await until(lambda: run.agent.channel == "push", "the push subscription")
+            assert mirror_files(dest) == {"/t1.pdf": b"thesis 1", "/t2.pdf": b"thesis 2"}
+            # A deletion entry carries no links: it still removes what the mirror holds.
+            await post_with_links(
+                client,
+                origin,
+                [
+                    ("/t1.pdf", "deleted", None, ""),
+                    ("/a1.pdf", "updated", b"article 1 v2", ""),
+                    ("/t4.pdf", "created", b"thesis 4", in_set),
+                ],
+            )
+            await until(
+                lambda: mirror_files(dest) == {"/t2.pdf": b"thesis 2", "/t4.pdf": b"thesis 4"},
+                "the collection's changes",
+            )
+        assert origin.requests["/a1.pdf"] == 0, "a resource outside the filter was fetched"
