@@ -141,6 +141,43 @@ async def running_origin() -> AsyncIterator[Origin]:
         sock.close()
 
 
+@dataclass(frozen=True)
+class Announced:
+    """One entry of a Change List fragment, exactly as posted (any loc, no quoting)."""
+
+    loc: str
+    change: str
+    content: bytes | None = None
+    """Gives the entry's ``length`` and hex ``md5:`` hash (§7); None for none (deleted)."""
+    datetime: str | None = None
+    """``rs:md@datetime``; None: the hub stamps the change with its own clock."""
+    links: str = ""
+    """``<rs:ln …/>`` elements, as XML."""
+
+    def xml(self) -> str:
+        attributes = {"change": self.change}
+        if self.datetime is not None:
+            attributes["datetime"] = self.datetime
+        if self.content is not None:
+            attributes["length"] = str(len(self.content))
+            attributes["hash"] = "md5:" + hashlib.md5(self.content).hexdigest()
+        md = " ".join(f"{name}={quoteattr(value)}" for name, value in attributes.items())
+        return f"<url><loc>{escape(self.loc)}</loc><rs:md {md}/>{self.links}</url>"
+
+
+async def post_fragment(
+    http: httpx.AsyncClient, topic: str, entries: Iterable[Announced], *, token: str = TOKEN_A
+) -> httpx.Response:
+    """POST one Change List fragment of ``entries`` to the hub (``http``'s base URL)."""
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+        ' xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        f'<rs:md capability="changelist"/>{"".join(e.xml() for e in entries)}</urlset>'
+    ).encode()
+    return await http.post(f"/topics/{topic}/changes", content=body, headers=auth(token))
+
+
 async def publish(
     http: httpx.AsyncClient,
     topic: str,
@@ -148,34 +185,26 @@ async def publish(
     changes: Iterable[Change],
     *,
     token: str = TOKEN_A,
+    links: str = "",
 ) -> dict[str, Any]:
     """Apply each (path, change, content) on ``origin`` and POST them to the hub as ONE
     Change List fragment; return the hub's receipt.
 
     Each entry has ``rs:md@datetime`` from ``origin.clock`` (strictly increasing across
     calls, Z39.99 §12.1), and for created/updated the ``length`` and the hex ``md5:`` hash of
-    the content (§7). ``http`` is a client whose base URL is the hub.
+    the content (§7); ``links`` (``rs:ln`` XML) goes on every entry but deletions.
     """
-    urls = []
+    entries = []
     for path, change, content in changes:
-        attributes = {"change": change, "datetime": origin.clock.next()}
         if change == "deleted":
             origin.delete(path)
-        else:
-            if content is None:
-                raise ValueError(f"{change} {path}: content is required")
-            origin.put(path, content)
-            attributes["length"] = str(len(content))
-            attributes["hash"] = "md5:" + hashlib.md5(content).hexdigest()
-        md = " ".join(f"{name}={quoteattr(value)}" for name, value in attributes.items())
-        urls.append(f"<url><loc>{escape(origin.uri(path))}</loc><rs:md {md}/></url>")
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?>'
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
-        ' xmlns:rs="http://www.openarchives.org/rs/terms/">'
-        f'<rs:md capability="changelist"/>{"".join(urls)}</urlset>'
-    ).encode()
-    reply = await http.post(f"/topics/{topic}/changes", content=body, headers=auth(token))
+            entries.append(Announced(origin.uri(path), change, None, origin.clock.next()))
+            continue
+        if content is None:
+            raise ValueError(f"{change} {path}: content is required")
+        origin.put(path, content)
+        entries.append(Announced(origin.uri(path), change, content, origin.clock.next(), links))
+    reply = await post_fragment(http, topic, entries, token=token)
     assert reply.status_code == 202, reply.text
     receipt: dict[str, Any] = reply.json()
     return receipt

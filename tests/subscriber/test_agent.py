@@ -3,7 +3,6 @@ event loop — baseline, live push, restart, poll fallback, archive catch-up, re
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -19,9 +18,9 @@ from subscriber.api import Subscription
 from subscriber.changes import Channel, Outcome, ResourceChange
 from subscriber.filters import ChangeFilter
 from tests.hub import conftest as hub_fixtures
-from tests.hub.conftest import HubFactory, auth, eventually, make_settings
+from tests.hub.conftest import HubFactory, eventually, make_settings
 from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
-from tests.subscriber.origin import Origin, publish, running_origin
+from tests.subscriber.origin import Announced, Origin, post_fragment, publish, running_origin
 
 redis_url = hub_fixtures.redis_url
 prefix = hub_fixtures.prefix
@@ -279,24 +278,14 @@ async def test_python_api_yields_verified_changes_to_a_custom_applier(
 
 
 async def post_at(
-    http: httpx.AsyncClient, origin: Origin, when: str, items: list[tuple[str, bytes]]
+    http: httpx.AsyncClient, origin: Origin, when: str | None, items: list[tuple[str, bytes]]
 ) -> None:
-    """Update resources on the origin and announce them all at the same change time."""
-    urls = []
+    """Update resources on the origin and announce them all at one change time (``None``:
+    the hub stamps them with its own clock)."""
     for path, content in items:
         origin.put(path, content)
-        digest = hashlib.md5(content).hexdigest()
-        urls.append(
-            f'<url><loc>{origin.uri(path)}</loc><rs:md change="updated" datetime="{when}" '
-            f'length="{len(content)}" hash="md5:{digest}"/></url>'
-        )
-    body = (
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-        'xmlns:rs="http://www.openarchives.org/rs/terms/"><rs:md capability="changelist"/>'
-        + "".join(urls)
-        + "</urlset>"
-    )
-    reply = await http.post("/topics/dataset1/changes", content=body, headers=auth())
+    entries = [Announced(origin.uri(p), "updated", c, when) for p, c in items]
+    reply = await post_fragment(http, "dataset1", entries)
     assert reply.status_code == 202, reply.text
 
 
@@ -343,19 +332,6 @@ async def test_catch_up_when_trimmed_and_kept_changes_share_a_time(
         }
 
 
-async def post_stamped(http: httpx.AsyncClient, origin: Origin, path: str, content: bytes) -> None:
-    """A change without a time: the hub stamps it with its own clock (after the topic began)."""
-    origin.put(path, content)
-    body = (
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-        'xmlns:rs="http://www.openarchives.org/rs/terms/"><rs:md capability="changelist"/>'
-        f'<url><loc>{origin.uri(path)}</loc><rs:md change="created" length="{len(content)}" '
-        f'hash="md5:{hashlib.md5(content).hexdigest()}"/></url></urlset>'
-    )
-    reply = await http.post("/topics/dataset1/changes", content=body, headers=auth())
-    assert reply.status_code == 202, reply.text
-
-
 async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
     hub_factory: HubFactory, tmp_path: Path
 ) -> None:
@@ -372,7 +348,7 @@ async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
             await until(lambda: first.agent.channel == "push", "the push subscription")
         assert mirror_files(dest) == {}
         for i in range(4):
-            await post_stamped(http, origin, f"/late{i}.txt", f"late {i}".encode())
+            await post_at(http, origin, None, [(f"/late{i}.txt", f"late {i}".encode())])
 
         async def all_archived() -> bool:
             reply = await http.get("/topics/dataset1/changelist-archive.xml")
@@ -386,29 +362,6 @@ async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
         assert not second.applied("baseline")
 
 
-async def post_with_links(
-    http: httpx.AsyncClient, origin: Origin, items: list[tuple[str, str, bytes | None, str]]
-) -> None:
-    """(path, change, content, extra rs:ln XML) at strictly increasing times."""
-    urls = []
-    for path, change, content, links in items:
-        md = f'change="{change}" datetime="{origin.clock.next()}"'
-        if content is None:
-            origin.delete(path)
-        else:
-            origin.put(path, content)
-            md += f' length="{len(content)}" hash="md5:{hashlib.md5(content).hexdigest()}"'
-        urls.append(f"<url><loc>{origin.uri(path)}</loc><rs:md {md}/>{links}</url>")
-    body = (
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-        'xmlns:rs="http://www.openarchives.org/rs/terms/"><rs:md capability="changelist"/>'
-        + "".join(urls)
-        + "</urlset>"
-    )
-    reply = await http.post("/topics/dataset1/changes", content=body, headers=auth())
-    assert reply.status_code == 202, reply.text
-
-
 async def test_filters_choose_a_collection_and_its_deletions_still_apply(
     hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
@@ -416,15 +369,11 @@ async def test_filters_choose_a_collection_and_its_deletions_still_apply(
     in_set = f'<rs:ln rel="collection" href="{theses}"/>'
     dest = tmp_path / "mirror"
     async with running_origin() as origin:
-        await post_with_links(
-            client,
-            origin,
-            [
-                ("/t1.pdf", "created", b"thesis 1", in_set),
-                ("/a1.pdf", "created", b"article 1", ""),
-                ("/t2.pdf", "created", b"thesis 2", in_set),
-                ("/skip/t3.pdf", "created", b"thesis 3", in_set),
-            ],
+        theses_in = [("/t1.pdf", "created", b"thesis 1"), ("/t2.pdf", "created", b"thesis 2")]
+        await publish(client, "dataset1", origin, theses_in, links=in_set)
+        await publish(client, "dataset1", origin, [("/a1.pdf", "created", b"article 1")])
+        await publish(
+            client, "dataset1", origin, [("/skip/t3.pdf", "created", b"thesis 3")], links=in_set
         )
         config = config_for(
             hub,
@@ -436,14 +385,10 @@ async def test_filters_choose_a_collection_and_its_deletions_still_apply(
             await until(lambda: run.agent.channel == "push", "the push subscription")
             assert mirror_files(dest) == {"/t1.pdf": b"thesis 1", "/t2.pdf": b"thesis 2"}
             # A deletion entry carries no links: it still removes what the mirror holds.
-            await post_with_links(
-                client,
-                origin,
-                [
-                    ("/t1.pdf", "deleted", None, ""),
-                    ("/a1.pdf", "updated", b"article 1 v2", ""),
-                    ("/t4.pdf", "created", b"thesis 4", in_set),
-                ],
+            changes = [("/t1.pdf", "deleted", None), ("/a1.pdf", "updated", b"article 1 v2")]
+            await publish(client, "dataset1", origin, changes)
+            await publish(
+                client, "dataset1", origin, [("/t4.pdf", "created", b"thesis 4")], links=in_set
             )
             await until(
                 lambda: mirror_files(dest) == {"/t2.pdf": b"thesis 2", "/t4.pdf": b"thesis 4"},

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import shlex
@@ -24,7 +23,6 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
 import httpx
 import pytest
@@ -32,9 +30,8 @@ import pytest
 from hub.server import RunningHub
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub import conftest as hub_fixtures
-from tests.hub.conftest import auth
 from tests.subscriber.agent_helpers import mirror_files
-from tests.subscriber.origin import Origin, publish, running_origin
+from tests.subscriber.origin import Announced, Origin, post_fragment, publish, running_origin
 
 # The hub fixtures (a real embedded Redis-compatible server, a hub on loopback).
 redis_url = hub_fixtures.redis_url
@@ -191,28 +188,15 @@ def same_as_origin(origin: Origin, dest: Path) -> Callable[[], bool]:
     return lambda: mirror_files(dest) == origin.resources
 
 
-async def post_fragment(
+async def post_locs(
     http: httpx.AsyncClient, origin: Origin, entries: list[tuple[str, str, bytes]]
 ) -> httpx.Response:
     """POST (loc, change, content) entries as they are — any loc, no quoting — with the
     content's length and md5 (what :func:`publish` does for paths on the origin)."""
-    urls = []
-    for loc, change, content in entries:
-        md = {
-            "change": change,
-            "datetime": origin.clock.next(),
-            "length": str(len(content)),
-            "hash": "md5:" + hashlib.md5(content).hexdigest(),
-        }
-        attributes = " ".join(f"{name}={quoteattr(value)}" for name, value in md.items())
-        urls.append(f"<url><loc>{escape(loc)}</loc><rs:md {attributes}/></url>")
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?>'
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
-        ' xmlns:rs="http://www.openarchives.org/rs/terms/">'
-        f'<rs:md capability="changelist"/>{"".join(urls)}</urlset>'
-    ).encode()
-    return await http.post("/topics/dataset1/changes", content=body, headers=auth())
+    announced = [
+        Announced(loc, change, content, origin.clock.next()) for loc, change, content in entries
+    ]
+    return await post_fragment(http, "dataset1", announced)
 
 
 def files_under(root: Path) -> set[str]:
@@ -552,7 +536,7 @@ async def held_change_then_sigkill(
             await first.subscribed()
             before = await publish(client, "dataset1", origin, [("/k0.txt", "updated", b"k0 v1")])
             await first.until(lambda: len(applied(first.events, "push")) == 1, "k0 v1 applied")
-            held = await post_fragment(client, origin, [(held_uri, "created", stalled.body)])
+            held = await post_locs(client, origin, [(held_uri, "created", stalled.body)])
             assert held.status_code == 202, held.text
             after = await publish(
                 client, "dataset1", origin, [(p, "updated", f"{p} v2".encode()) for p in others]
@@ -723,14 +707,14 @@ async def test_hostile_locations_are_refused_and_nothing_escapes_dest(
             ]
             accepted = []
             for loc in hostile:
-                reply = await post_fragment(client, origin, [(loc, "created", b"evil")])
+                reply = await post_locs(client, origin, [(loc, "created", b"evil")])
                 if reply.status_code != 202:
                     # The hub may refuse a loc at ingest: then it must say so as a 400.
                     assert reply.status_code == 400, (loc, reply.status_code, reply.text)
                     continue
                 accepted.append(loc)
             origin.put("/ok.txt", b"still working")
-            receipt = await post_fragment(
+            receipt = await post_locs(
                 client, origin, [(origin.uri("/ok.txt"), "created", b"still working")]
             )
             assert receipt.status_code == 202, receipt.text
