@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
+from rich.logging import RichHandler
 
 from .progress import LogReporter, Reporter, RichReporter
 
@@ -28,10 +29,18 @@ class _JsonFormatter(logging.Formatter):
 
 def setup_logging(*, json_logs: bool, debug: bool) -> Reporter:
     """Log to stderr; return the progress reporter that fits (rich bars on a terminal)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler
+    reporter: Reporter = LogReporter()
     if json_logs:
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_JsonFormatter())
+    elif sys.stderr.isatty():
+        # One console for log lines and progress bars: lines print above the live bars.
+        console = Console(stderr=True)
+        handler = RichHandler(console=console, show_path=False, rich_tracebacks=debug)
+        reporter = RichReporter(console)
     else:
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(
             logging.Formatter("%(asctime)s rs-subscribe %(levelname)s %(message)s", "%H:%M:%S")
         )
@@ -39,9 +48,7 @@ def setup_logging(*, json_logs: bool, debug: bool) -> Reporter:
     logger.handlers[:] = [handler]
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     logger.propagate = False
-    if not json_logs and sys.stderr.isatty():
-        return RichReporter(Console(stderr=True))
-    return LogReporter()
+    return reporter
 
 
 class EventWriter:
