@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from hub.ingest import to_us
 from hub.push.server import PushServer
 from hub.server import RunningHub, bind, running_hub
+from hub.settings import Push
 from resourcesync.w3cdt import parse_w3c_datetime
 from subscriber.agent import AgentConfig
 from subscriber.api import Subscription
@@ -29,16 +30,14 @@ hub = hub_fixtures.hub
 client = hub_fixtures.client
 
 
-def config_for(hub: RunningHub, origin: Origin, dest: Path, **options: object) -> AgentConfig:
+def config_for(hub: RunningHub, origin: Origin, dest: Path, **options: Any) -> AgentConfig:
+    quick = {"poll_interval": 0.1, "backoff_initial": 0.1, "backoff_max": 0.5}
     return AgentConfig(
         source_url=hub.url,
         dest=dest,
         topic="dataset1",
         maps=[(origin.url + "/", "")],
-        poll_interval=0.1,
-        backoff_initial=0.1,
-        backoff_max=0.5,
-        **options,  # type: ignore[arg-type]
+        **(quick | options),
     )
 
 
@@ -395,3 +394,51 @@ async def test_filters_choose_a_collection_and_its_deletions_still_apply(
                 "the collection's changes",
             )
         assert origin.requests["/a1.pdf"] == 0, "a resource outside the filter was fetched"
+
+
+async def test_pull_only_polling_follows_the_lists_across_rotations(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """A hub without a push channel is a plain pull-only Source: the agent polls its open
+    Change List; when lists close between two polls (the open list's ``from`` moves past the
+    agent's last change), it reads the closed ones from the archive — nothing is missed."""
+    sock = bind("127.0.0.1", 0)
+    settings = make_settings(
+        redis_url, prefix, f"http://127.0.0.1:{sock.getsockname()[1]}", changelist_max_entries=3
+    ).model_copy(update={"push": Push(enabled=False)})
+    dest = tmp_path / "mirror"
+    paths = [f"/q{i}.txt" for i in range(4)]
+    async with (
+        running_hub(settings, sock=sock) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+        running_origin() as origin,
+    ):
+        assert running.push_url is None
+        await publish(http, "dataset1", origin, updates(origin, 0, paths[:1]))
+        config = config_for(running, origin, dest, poll_interval=0.5)
+        async with running_agent(config) as run:
+            await until(lambda: run.agent.channel == "poll", "polling")
+            assert run.agent.endpoints is not None and run.agent.endpoints.push_url is None
+            for round_ in range(1, 4):  # 12 changes: lists of 3 close in between polls
+                await publish(http, "dataset1", origin, updates(origin, round_, paths))
+            await converged(origin, dest)
+            assert running.hub.rotator.rotations >= 3
+        assert {e["channel"] for e in run.applied()} == {"baseline", "poll"}
+        assert not [e for e in run.events if e["event"] == "rebaseline"]
+        no_change_applied_twice(run.events)
+
+
+async def test_keep_deleted_keeps_the_file_and_records_the_deletion(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    async with running_origin() as origin:
+        await publish(client, "dataset1", origin, [("/k.txt", "created", b"keep me")])
+        async with running_agent(config_for(hub, origin, dest, keep_deleted=True)) as run:
+            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await publish(client, "dataset1", origin, [("/k.txt", "deleted", None)])
+            await until(lambda: len(run.applied("push")) == 1, "the deletion")
+            assert run.agent.mirror is not None
+            stored = run.agent.mirror.checkpoint.resource(origin.uri("/k.txt"))
+            assert stored is not None and stored.change == "deleted"
+        assert mirror_files(dest) == {"/k.txt": b"keep me"}

@@ -1,6 +1,6 @@
-"""Baseline from a Resource Dump (Z39.99 §11): a static Source on the loopback origin offers a
-Resource List and a Resource Dump of ZIP packages with manifests; the agent takes the dump,
-verifies every member, and fetches from the Source only what the dump got wrong."""
+"""Baselines from a static Source on the loopback origin: a Resource Dump (Z39.99 §11) of ZIP
+packages with manifests — the agent takes the dump, verifies every member, and fetches from
+the Source only what the dump got wrong — and a Resource List split under an index (§10.2)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 from subscriber.agent import Agent, AgentConfig
+from subscriber.checkpoint import list_topics
 from tests.subscriber.agent_helpers import mirror_files
 from tests.subscriber.origin import Origin, running_origin
 
@@ -140,3 +141,52 @@ async def test_no_dump_takes_the_resource_list(tmp_path: Path) -> None:
         assert mirror_files(tmp_path / "mirror") == RESOURCES
         assert origin.requests["/dump/part0.zip"] == 0
         assert all(origin.requests[p] == 1 for p in RESOURCES)
+
+
+async def test_baseline_from_a_resource_list_index(tmp_path: Path) -> None:
+    """Parts with different ``at``: incremental sync must start at the earliest."""
+    async with running_origin() as origin:
+        for path, content in RESOURCES.items():
+            origin.put(path, content)
+        paths = sorted(RESOURCES)
+        ats = ["2026-11-01T10:00:05Z", "2026-11-01T10:00:01Z"]
+        parts = []
+        for number, (half, at) in enumerate(zip([paths[:2], paths[2:]], ats, strict=True)):
+            listed = "".join(
+                f"<url><loc>{origin.uri(p)}</loc><lastmod>{AT}</lastmod>"
+                f"<rs:md {md(RESOURCES[p])}/></url>"
+                for p in half
+            )
+            origin.put_document(
+                f"/resourcelist-{number}.xml",
+                (
+                    f'<urlset {NS}><rs:md capability="resourcelist" at="{at}"/>'
+                    f'<rs:ln rel="index" href="{origin.uri("/resourcelist-index.xml")}"/>'
+                    f"{listed}</urlset>"
+                ).encode(),
+            )
+            parts.append(
+                f"<sitemap><loc>{origin.uri(f'/resourcelist-{number}.xml')}</loc></sitemap>"
+            )
+        origin.put_document(
+            "/resourcelist-index.xml",
+            (
+                f'<sitemapindex {NS}><rs:md capability="resourcelist" at="{ats[0]}"/>'
+                + "".join(parts)
+                + "</sitemapindex>"
+            ).encode(),
+        )
+        origin.put_document(
+            "/capabilitylist.xml",
+            (
+                f'<urlset {NS}><rs:md capability="capabilitylist"/>'
+                f"<url><loc>{origin.uri('/resourcelist-index.xml')}</loc>"
+                '<rs:md capability="resourcelist"/></url></urlset>'
+            ).encode(),
+        )
+        agent = await baseline(origin, tmp_path / "mirror")
+        assert mirror_files(tmp_path / "mirror") == RESOURCES
+        [(state, counts)] = list_topics(agent.config.state_path)
+        assert counts["resources"] == len(RESOURCES)
+        assert state.baseline_at is not None
+        assert state.baseline_at.isoformat() == "2026-11-01T10:00:01+00:00"
