@@ -348,6 +348,21 @@ def list_topics(path: Path) -> list[tuple[TopicState, dict[str, int]]]:
     return result
 
 
+def recent_failures(path: Path, source: str, topic: str, limit: int = 20) -> list[Failure]:
+    """The latest failures of a (Source, topic), newest first — read-only, like
+    :func:`list_topics`."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT uri, time_us, change, reason FROM failures WHERE source = ? AND topic = ? "
+            "ORDER BY at_us DESC LIMIT ?",
+            (source, topic, limit),
+        ).fetchall()
+    finally:
+        db.close()
+    return [Failure(uri, _time(t), change, reason) for uri, t, change, reason in rows]
+
+
 def _lock(path: Path) -> int:
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)

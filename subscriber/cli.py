@@ -15,7 +15,7 @@ import signal
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import typer
@@ -26,7 +26,7 @@ from resourcesync.w3cdt import format_w3c_datetime
 from .agent import Agent, AgentConfig
 from .appliers import ExecApplier
 from .audit import audit as run_audit
-from .checkpoint import list_topics
+from .checkpoint import list_topics, recent_failures
 from .discovery import DiscoveryError, discover
 from .errors import StateLockedError, SubscriberError
 from .filters import ChangeFilter
@@ -390,13 +390,15 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Show each Source and topic in a state file: epoch, position and change time of the
-    watermark, last baseline, counts of resources, tombstones and failures."""
+    watermark, last baseline, counts of resources, tombstones and failures, and the latest
+    failures with their reasons (a later change of the resource, or audit --repair, clears
+    them). Reads without the lock: works while the agent runs."""
     try:
         topics = list_topics(state)
     except (FileNotFoundError, OSError) as exc:
         typer.echo(f"rs-subscribe: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for item, counts in topics:
         rows.append(
             {
@@ -408,6 +410,10 @@ def status(
                 "baseline_at": _iso(item.baseline_at),
                 "updated": _iso(item.updated),
                 **counts,
+                "recent_failures": [
+                    {"uri": f.uri, "change": f.change, "time": _iso(f.time), "reason": f.reason}
+                    for f in recent_failures(state, item.source, item.topic)
+                ],
             }
         )
     if as_json:
@@ -418,8 +424,10 @@ def status(
     for row in rows:
         typer.echo(f"{row['source']} (topic {row['topic']})")
         for key, value in row.items():
-            if key not in ("source", "topic"):
+            if key not in ("source", "topic", "recent_failures"):
                 typer.echo(f"  {key:17} {value if value is not None else '-'}")
+        for failure in row["recent_failures"]:
+            typer.echo(f"  failed {failure['change']} {failure['uri']}: {failure['reason']}")
 
 
 def _iso(moment: datetime | None) -> str | None:

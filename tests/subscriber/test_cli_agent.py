@@ -667,7 +667,10 @@ async def test_hash_mismatch_is_never_written_and_is_reported(
             assert 1 <= origin.requests["/doc.txt"] - 1 <= 10  # tried, but not forever
             # No half-verified bytes are left in the agent's temp directory.
             assert list((dest / ".rs-subscribe" / "tmp").glob("*")) == []
-            assert (await status_of(dest / ".rs-subscribe" / "state.sqlite"))["failures"] >= 1
+            row = await status_of(dest / ".rs-subscribe" / "state.sqlite")
+            assert row["failures"] >= 1
+            [listed] = row["recent_failures"]
+            assert listed["uri"] == origin.uri("/doc.txt") and "md5" in listed["reason"]
 
             # The origin serves good bytes again (Origin has no public "uncorrupt"): the next
             # update applies, and its success clears the failure.
