@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 
 from hub.push.protocol import Position, TopicRequest
+from resourcesync import Capability
 from resourcesync.w3cdt import format_w3c_datetime
 
 from .appliers import Applier, FilesystemApplier, NullApplier
@@ -43,7 +45,14 @@ from .filters import ChangeFilter
 from .mapping import STATE_DIR, UriMap
 from .mirror import DEFAULT_CONCURRENCY, EventSink, Mirror
 from .progress import LogReporter, Reporter
-from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
+from .push import (
+    Change,
+    HistoryInsufficientError,
+    MalformedFrameError,
+    PushError,
+    RefusedError,
+    push_changes,
+)
 from .reader import DocumentReader
 
 log = logging.getLogger("rs_subscribe")
@@ -77,6 +86,14 @@ class AgentConfig:
     def state_path(self) -> Path:
         return self.state or self.dest / STATE_DIR / "state.sqlite"
 
+    @property
+    def temp_dir(self) -> Path:
+        """Downloads in flight: inside the destination (same file system: renames are
+        atomic), one directory per state file — agents of several topics may share a
+        destination, each clearing only its own leftovers."""
+        key = hashlib.sha256(str(self.state_path.resolve()).encode()).hexdigest()[:12]
+        return self.dest / STATE_DIR / "tmp" / key
+
 
 class Agent:
     def __init__(
@@ -104,8 +121,14 @@ class Agent:
         self._resume_after: tuple[str, str] | None = None
 
     def stop(self) -> None:
-        """Finish the changes being applied, commit the checkpoint, return from :meth:`run`."""
+        """Finish the files being written, commit the checkpoint, return from :meth:`run`.
+        Changes queued but not started are left for the next run (the watermark stays
+        before them)."""
         self._stop.set()
+        if self.mirror is not None and not self.mirror.hold_watermark:
+            # (During a baseline everything in flight finishes: an interrupted baseline
+            # starts over anyway, without fetching again what it has.)
+            self.mirror.abandon()
 
     @property
     def stopping(self) -> bool:
@@ -125,10 +148,10 @@ class Agent:
                 config.state_path, endpoints.capability_list, endpoints.topic
             ) as checkpoint:
                 maps = config.maps or [(endpoints.base_uri, "")]
-                clear_temp(config.dest / STATE_DIR / "tmp")
+                clear_temp(config.temp_dir)
                 fetcher = Fetcher(
                     client,
-                    config.dest / STATE_DIR / "tmp",
+                    config.temp_dir,
                     tries=config.tries,
                     max_bytes=config.max_bytes,
                 )
@@ -185,17 +208,23 @@ class Agent:
         seen: set[str] = set()
         phase = self.reporter.phase("baseline", source.total)
         try:
-            if source.first.md.capability == "resourcedump":
-                async for change, content in dump_changes(
-                    source, self._fetcher, max_bytes=self.config.max_bytes
-                ):
-                    if self.stopping:
-                        break
-                    seen.add(change.uri)
-                    await mirror.submit(change, content)
-                    phase.advance()
-            else:
-                async for change in resource_list_changes(source):
+            if source.first.md.capability == Capability.RESOURCEDUMP:
+                try:
+                    async for change, content in dump_changes(
+                        source, self._fetcher, max_bytes=self.config.max_bytes
+                    ):
+                        if self.stopping:
+                            break
+                        seen.add(change.uri)
+                        await mirror.submit(change, content)
+                        phase.advance()
+                except SourceError as exc:
+                    if endpoints.resource_list is None:
+                        raise
+                    log.warning("%s; baseline from the Resource List instead", exc)
+                    source = await open_resource_list(self._reader, endpoints.resource_list)
+            if source.first.md.capability == Capability.RESOURCELIST:
+                async for change in resource_list_changes(source, fallback_time=started):
                     if self.stopping:
                         break
                     seen.add(change.uri)
@@ -207,20 +236,24 @@ class Agent:
             # §10.1: without `at` the Source does not say when the snapshot was taken; the
             # moment we started reading it is the latest it can be from.
             at = source.at or started
-            if rebaseline:
-                # Resources the Source no longer has: a new baseline deletes them.
-                for held in list(mirror.checkpoint.resources()):
-                    if held.uri not in seen and held.time <= at:
-                        await mirror.submit(
-                            ResourceChange(held.uri, ChangeType.DELETED, at, Channel.BASELINE)
-                        )
-                await mirror.drain()
+            # Resources the Source no longer has: a baseline deletes them. Always, not only on
+            # a *re*baseline — a first baseline holds nothing yet, and an interrupted
+            # rebaseline is finished by a run that no longer knows it was one.
+            for held in list(mirror.checkpoint.resources()):
+                if held.uri not in seen and held.time <= at:
+                    await mirror.submit(
+                        ResourceChange(held.uri, ChangeType.DELETED, at, Channel.BASELINE)
+                    )
+            await mirror.drain()
         finally:
             phase.close()
             mirror.hold_watermark = False
         watermark = Watermark(None, None, at)
         mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC))
         mirror.set_watermark(watermark)
+        # Right after any baseline, lists that still start later than its `at` are a
+        # Source's property, not a reason to baseline again (see _archive_too_short).
+        self._rebaselined_at = at
         log.info("baseline complete: %d resources as of %s", len(seen), format_w3c_datetime(at))
 
     # --- following -------------------------------------------------------------------------
@@ -246,7 +279,15 @@ class Agent:
                     # oldest position (duplicates are skipped) instead of looping.
                     self._resume_after = resume
                     continue
-                await self._catch_up()
+                try:
+                    await self._catch_up()
+                except SourceError as error:
+                    # The Source's documents are briefly unavailable: poll (which retries
+                    # them) for a backoff delay, then try push — and so the catch-up — again.
+                    delay = backoff.next()
+                    log.warning("catch-up: %s; retrying in %.1f s", error, delay)
+                    await self._poll_for(delay)
+                    continue
                 self._caught_up_to = self._parts()[0].watermark
             except RefusedError:
                 raise
@@ -270,7 +311,11 @@ class Agent:
             request = TopicRequest(topic=endpoints.topic)
         async for item in push_changes(url, [request], token=self.config.token):
             if isinstance(item, Change):
-                await mirror.submit(from_push(item.data, epoch=item.epoch))
+                try:
+                    change = from_push(item.data, epoch=item.epoch)
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise MalformedFrameError(f"unreadable pushed change: {exc}") from exc
+                await mirror.submit(change)
             elif item.get("type") == "subscribed":
                 backoff.reset()
                 self.channel = "push"
@@ -324,7 +369,6 @@ class Agent:
             mirror.set_watermark(Watermark(mirror.epoch, None, exc.earliest))
             return
         await self._rebaseline(exc)
-        self._rebaselined_at = mirror.watermark.last_time
 
     async def _rebaseline(self, exc: ArchiveTooShortError) -> None:
         log.warning("%s: rebaselining", exc)

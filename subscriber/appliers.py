@@ -60,6 +60,13 @@ class FilesystemApplier:
                 path.unlink(missing_ok=True)
             return
         assert content is not None
+        # Check before creating anything: mkdir(parents=True) through a symlinked directory
+        # would make directories outside the destination even if the write is then refused.
+        existing = path.parent
+        while not existing.exists() and existing != self.dest:
+            existing = existing.parent
+        if not existing.resolve().is_relative_to(self.root):
+            raise UnmappedURIError(change.uri, f"{relative} leads outside {self.dest}")
         path.parent.mkdir(parents=True, exist_ok=True)
         target = self.target(change.uri, relative)
         if target.is_dir():

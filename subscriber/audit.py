@@ -130,9 +130,7 @@ async def _repair(
     checkpoint (so a later ``run`` agrees with the repaired mirror)."""
     by_uri = {change.uri: (relative, change) for relative, change in listed.items()}
     applier = FilesystemApplier(config.dest)
-    fetcher = Fetcher(
-        client, config.dest / STATE_DIR / "tmp", tries=config.tries, max_bytes=config.max_bytes
-    )
+    fetcher = Fetcher(client, config.temp_dir, tries=config.tries, max_bytes=config.max_bytes)
     now = datetime.now(UTC)
     with Checkpoint(config.state_path, source_key, topic) as checkpoint:
         for uri in [*report.missing, *(u for u, _ in report.different)]:

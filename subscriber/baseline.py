@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import tempfile
-import zipfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +21,7 @@ from pathlib import Path
 from resourcesync import Capability, Document, Entry
 
 from .changes import Channel, ResourceChange, from_entry
-from .dump import DumpError, extract_member, read_manifest
+from .dump import PACKAGE_ERRORS, DumpError, extract_member, open_package, read_manifest
 from .errors import SourceError
 from .fetch import Fetched, Fetcher, check
 from .reader import DocumentReader
@@ -30,6 +29,7 @@ from .reader import DocumentReader
 log = logging.getLogger("rs_subscribe")
 
 MAX_PARTS = 10_000
+_MAX_INFLATION = 1100
 
 
 @dataclass
@@ -55,8 +55,11 @@ async def open_resource_list(reader: DocumentReader, url: str) -> BaselineSource
     return BaselineSource(reader, url, document, document.md.at, total)
 
 
-async def resource_list_changes(source: BaselineSource) -> AsyncIterator[ResourceChange]:
-    """Each resource as a ``created`` change at its ``lastmod`` (else the list's ``at``)."""
+async def resource_list_changes(
+    source: BaselineSource, *, fallback_time: datetime | None = None
+) -> AsyncIterator[ResourceChange]:
+    """Each resource as a ``created`` change at its ``lastmod`` (else the list's ``at``,
+    else ``fallback_time``: when the agent started reading a list that gives neither)."""
     parts = [source.first] if not source.first.is_index else None
     if parts is None:
         for entry in source.first.entries:
@@ -66,10 +69,10 @@ async def resource_list_changes(source: BaselineSource) -> AsyncIterator[Resourc
                 raise SourceError(f"{entry.loc}: not a Resource List part")
             if part.md.at is not None and (source.at is None or part.md.at < source.at):
                 source.at = part.md.at
-            for change in _entries(part.entries, source.at):
+            for change in _entries(part.entries, source.at or fallback_time):
                 yield change
         return
-    for change in _entries(source.first.entries, source.at):
+    for change in _entries(source.first.entries, source.at or fallback_time):
         yield change
 
 
@@ -98,10 +101,11 @@ async def dump_changes(
         if package is None:
             raise SourceError(f"{package_entry.loc}: a dump package without a time")
         fetched = await fetcher.fetch(package)
+        inflated = 0
         try:
             if on_package is not None:
                 on_package(package_entry.loc)
-            with zipfile.ZipFile(fetched.path) as archive:
+            with open_package(fetched.path, package_name=package_entry.loc) as archive:
                 for member in read_manifest(archive, package_name=package_entry.loc):
                     change = from_entry(member.entry, Channel.BASELINE, default_time=source.at)
                     if change is None:
@@ -129,8 +133,18 @@ async def dump_changes(
                         )
                         yield change, None
                         continue
+                    inflated += length
+                    if inflated > _MAX_INFLATION * max(fetched.length, 1):
+                        # DEFLATE cannot shrink data more than ~1,032:1; past that, the
+                        # manifest points many entries at one member (a ZIP bomb).
+                        target.unlink(missing_ok=True)
+                        raise DumpError(
+                            f"inflates past {_MAX_INFLATION}x its size", package=package_entry.loc
+                        )
                     yield change, Fetched(target, length, digests.get("sha256", b"").hex())
-        except (DumpError, zipfile.BadZipFile) as exc:
+        except DumpError:
+            raise  # already names the package
+        except PACKAGE_ERRORS as exc:
             raise SourceError(f"Resource Dump package {package_entry.loc}: {exc}") from exc
         finally:
             fetched.path.unlink(missing_ok=True)

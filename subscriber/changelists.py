@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from resourcesync import Capability, Document
+from resourcesync.w3cdt import format_w3c_datetime
 
 from .changes import Channel, ResourceChange, from_entry
 from .errors import SourceError
@@ -31,8 +32,15 @@ MAX_ARCHIVE_PARTS = 1000
 
 class ArchiveTooShortError(SourceError):
     def __init__(self, since: datetime, earliest: datetime | None) -> None:
-        reach = "no Change Lists at all" if earliest is None else f"lists from {earliest}"
-        super().__init__(f"the Source's change history does not reach back to {since} ({reach})")
+        reach = (
+            "no Change Lists at all"
+            if earliest is None
+            else f"its lists start at {format_w3c_datetime(earliest)}"
+        )
+        super().__init__(
+            f"the Source's change history does not reach back to "
+            f"{format_w3c_datetime(since)} ({reach})"
+        )
         self.since = since
         self.earliest = earliest
 
@@ -57,6 +65,8 @@ class ChangeLists:
         self.capability_list = capability_list
         self.change_list = change_list
         self.archive = archive
+        self._indexes: set[str] = set()
+        """Change List URLs that turned out to be Change List Indexes (§12.2)."""
 
     async def since(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
         """Every change at or after ``moment``: closed lists first, then the open one."""
@@ -78,13 +88,20 @@ class ChangeLists:
     async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
         """Changes at or after ``moment`` in the open list, if it changed since the last poll."""
         url = await self._open_list_url()
+        if url in self._indexes:
+            async for change in self._poll_index(url, moment):
+                yield change
+            return
         document = await self.reader.get(url, conditional=True)
         if document is None:
             return
+        if document.is_index:
+            self._indexes.add(url)
+            async for change in self._poll_index(url, moment):
+                yield change
+            return
         start, until = document.md.from_, document.md.until
-        if document.is_index or (
-            moment is not None and ((start is not None and start > moment) or until is not None)
-        ):
+        if moment is not None and ((start is not None and start > moment) or until is not None):
             # A list closed since we last looked: changes between our point and the open
             # list's start are in closed lists now.
             if moment is None:
@@ -94,6 +111,39 @@ class ChangeLists:
             return
         for change in _changes(document, moment, Channel.POLL):
             yield change
+
+    async def _poll_index(self, url: str, moment: datetime | None) -> AsyncIterator[ResourceChange]:
+        """§12.2: the index itself changes only when a list opens or closes; the open list
+        in it changes with every change. So read the index each time, and each list still
+        reaching our point with a conditional GET (closed lists answer 304 once read)."""
+        index = await self.reader.get(url)
+        assert index is not None
+        if not index.is_index or index.md.capability != Capability.CHANGELIST:
+            self._indexes.discard(url)  # the Source replaced its index by a plain list
+            return
+        refs = sorted(
+            (
+                _ref(e.loc, e.md.from_ if e.md else None, e.md.until if e.md else None)
+                for e in index.entries
+            ),
+            key=_order,
+        )
+        earliest = min((r.start for r in refs if r.start is not None), default=None)
+        if moment is None or earliest is None or earliest > moment:
+            # Lists before ours may have left the index (archived): walk the archive.
+            if moment is None:
+                raise SourceError(f"{url}: an index to poll, and no start time known")
+            async for change in self.since(moment, Channel.POLL):
+                yield change
+            return
+        for ref in refs:
+            if ref.until is not None and ref.until < moment:
+                continue
+            document = await self.reader.get(ref.url, conditional=True)
+            if document is None:
+                continue  # unchanged since we read it
+            for change in _changes(document, moment, Channel.POLL):
+                yield change
 
     async def _open_list_url(self) -> str:
         if self.change_list is None:

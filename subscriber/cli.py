@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +49,7 @@ EXIT_USAGE = 2
 EXIT_HISTORY = 3
 EXIT_REFUSED = 4
 EXIT_LOCKED = 5
+EXIT_INTERRUPTED = 130  # a second SIGINT/SIGTERM: 128 + SIGINT, as shells report it
 
 SourceUrl = Annotated[
     str,
@@ -268,7 +270,10 @@ def _agent(
     baseline_only: bool,
 ) -> int:
     reporter = setup_logging(json_logs=json_logs, debug=debug)
-    writer = EventWriter(events) if events else None
+    try:
+        writer = EventWriter(events) if events else None
+    except OSError as exc:
+        return _fail(f"--events {events}: {exc.strerror or exc}", EXIT_USAGE, debug)
     applier = ExecApplier(exec_cmd) if exec_cmd else None
     agent = Agent(config, applier=applier, events=writer, reporter=reporter)
     try:
@@ -280,8 +285,21 @@ def _agent(
 
 async def _run_agent(agent: Agent, baseline_only: bool, debug: bool) -> int:
     loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            typer.echo("rs-subscribe: stopping (again to quit at once)", err=True)
+            agent.stop()
+        else:
+            # The operator insists: the checkpoint is crash-safe (SQLite WAL), so whatever
+            # was not committed is simply done again by the next run.
+            os._exit(EXIT_INTERRUPTED)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, agent.stop)
+        loop.add_signal_handler(signum, on_signal)
     try:
         await agent.run(baseline_only=baseline_only)
     except (DiscoveryError, ProtocolError) as exc:
@@ -395,8 +413,11 @@ def status(
     them). Reads without the lock: works while the agent runs."""
     try:
         topics = list_topics(state)
-    except (FileNotFoundError, OSError) as exc:
+    except OSError as exc:
         typer.echo(f"rs-subscribe: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    except sqlite3.DatabaseError as exc:
+        typer.echo(f"rs-subscribe: {state} is not an rs-subscribe state file ({exc})", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     rows: list[dict[str, Any]] = []
     for item, counts in topics:

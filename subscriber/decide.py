@@ -48,7 +48,10 @@ def decide(stored: ResourceState | None, change: ResourceChange) -> Decision:
         return Decision.APPLY
     if change.time < stored.time:
         return Decision.SKIP_OLDER
-    if change.time == stored.time and change.change == stored.change:
+    # The same change again — unless it announces other bytes than we hold: Sources may give
+    # two updates one time (times only must not go backwards), and the later one wins.
+    same_change = change.time == stored.time and change.change == stored.change
+    if same_change and not _conflicts(change, stored):
         return Decision.SKIP_DUPLICATE
     if (
         change.change != ChangeType.DELETED
@@ -59,6 +62,22 @@ def decide(stored: ResourceState | None, change: ResourceChange) -> Decision:
     ):
         return Decision.SAME_CONTENT
     return Decision.APPLY
+
+
+def _conflicts(change: ResourceChange, stored: ResourceState) -> bool:
+    """True when the change's length or a digest comparable with ours differs."""
+    if change.change == ChangeType.DELETED:
+        return False
+    if change.length is not None and stored.length is not None and change.length != stored.length:
+        return True
+    return _comparable(change.hashes, stored.hashes) and not _same_digest(
+        change.hashes, stored.hashes
+    )
+
+
+def _comparable(announced: tuple[HashValue, ...], held: tuple[HashValue, ...]) -> bool:
+    names = {h.hashlib_name or h.algorithm.lower() for h in held}
+    return any((h.hashlib_name or h.algorithm.lower()) in names for h in announced)
 
 
 def _same_digest(announced: tuple[HashValue, ...], held: tuple[HashValue, ...]) -> bool:

@@ -71,7 +71,7 @@ _DRIVE = re.compile(r"[A-Za-z]:")
 # does not read (NotImplementedError), bad offsets (ValueError/OSError from seek), undecodable
 # names (UnicodeDecodeError), encryption flagged only in a local header (RuntimeError). Only
 # reads of the package are wrapped, so an OSError writing the target still means the disk.
-_PACKAGE_ERRORS: Final = (
+PACKAGE_ERRORS: Final = (
     zipfile.BadZipFile,
     zlib.error,
     EOFError,
@@ -111,7 +111,7 @@ def open_package(file: str | os.PathLike[str] | IO[bytes], *, package_name: str)
     """Open a downloaded package, translating "not a ZIP" into :class:`DumpError`."""
     try:
         return zipfile.ZipFile(file)
-    except _PACKAGE_ERRORS as exc:
+    except PACKAGE_ERRORS as exc:
         raise DumpError(f"not a usable ZIP file ({exc})", package=package_name) from exc
 
 
@@ -258,7 +258,7 @@ def _read_member(
         with package.open(info) as source:
             while chunk := source.read(CHUNK_BYTES):
                 yield chunk
-    except _PACKAGE_ERRORS as exc:
+    except PACKAGE_ERRORS as exc:
         raise DumpError(f"damaged ZIP entry ({exc})", package=package_name, member=label) from exc
 
 

@@ -3,9 +3,11 @@
 ``--map URI=DIR`` pairs map every URI under a prefix onto a directory; by default the Source's
 base URI maps onto ``--dest``. A URI is refused — reported, never written — when no prefix
 covers it (a foreign host), or when its path would leave the directory: ``..`` or ``.``
-segments (also percent-encoded), encoded slashes or backslashes, NUL bytes, or names the
-agent keeps for itself. Whatever the mapping says, the applier checks once more, on the real
-file system, that the final path (symlinks resolved) stays inside the destination.
+segments (also percent-encoded), empty segments (``a//b``), encoded slashes or backslashes,
+NUL bytes, or names the agent keeps for itself. A fragment (``#f``) or an empty query (``?``)
+names the same resource, so the same file. Whatever the mapping says, the applier checks
+once more, on the real file system, that the final path (symlinks resolved) stays inside the
+destination.
 """
 
 from __future__ import annotations
@@ -97,6 +99,10 @@ class UriMap:
             target = _Prefix.parse(uri, parts)
         except ValueError as exc:
             raise UnmappedURIError(uri, str(exc)) from None
+        inner = parts.path.split("/")[1:-1]  # between the first "/" and the last name
+        if "" in inner:
+            # "a//b" is another URI than "a/b" but would be the same file.
+            raise UnmappedURIError(uri, "an empty path segment ('//') has no file name")
         for (_, directory), prefix in zip(self.rules, self._prefixes, strict=True):
             if prefix.origin != target.origin:
                 continue

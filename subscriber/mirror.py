@@ -86,9 +86,13 @@ class Mirror:
         self._idle.set()
         self.epoch: str | None = self.watermark.epoch
         self.hold_watermark = False
-        self._unreported: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
-        self._batched = 0
         """True during a baseline: the checkpoint's watermark must not move until it ends."""
+        self._unreported: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
+        """Outcomes waiting for the batch's commit before they are reported."""
+        self._batched = 0
+        self._live = 0
+        """Tasks submitted and not yet ended: idle at zero."""
+        self._abandoning = False
 
     # --- submitting ------------------------------------------------------------------------
 
@@ -111,6 +115,7 @@ class Mirror:
         seq = self._seq
         self._order.append(seq)
         self._pending[seq] = change
+        self._live += 1
         self._idle.clear()
         self._latest[change.uri] = (seq, change.time)
         previous = self._lanes.get(change.uri)
@@ -120,9 +125,16 @@ class Mirror:
         self._lanes[change.uri] = task
 
     async def drain(self) -> None:
-        """Wait until every submitted change is finished, then write the watermark."""
+        """Wait until every submitted change is finished (or abandoned), then write the
+        watermark."""
         await self._idle.wait()
         self.flush()
+
+    def abandon(self) -> None:
+        """Stopping: changes not yet being applied are dropped, not applied. The watermark
+        stays at the gap-free prefix before the first of them, so the next run gets them
+        again; only the files being written now are finished."""
+        self._abandoning = True
 
     def flush(self) -> None:
         if self._dirty and not self.hold_watermark:
@@ -154,6 +166,10 @@ class Mirror:
                 # Same URI: strictly after the previous change of it, whatever became of it.
                 await asyncio.wait([previous])
             async with self._slots:
+                if self._abandoning:
+                    if content is not None:
+                        content.path.unlink(missing_ok=True)
+                    return  # never finished: the watermark cannot pass it
                 superseded = self._superseded(change, seq)
                 if superseded() and change.channel != Channel.BASELINE:
                     # A newer change of this URI is queued behind us: it defines the
@@ -171,6 +187,9 @@ class Mirror:
             if self._latest.get(change.uri, (None,))[0] == seq:
                 del self._latest[change.uri]
             self._window.release()
+            self._live -= 1
+            if self._live == 0:
+                self._idle.set()
 
     def _superseded(self, change: ResourceChange, seq: int) -> Callable[[], bool]:
         """True once a change of the same URI, at the same time or later, is queued behind
@@ -285,8 +304,6 @@ class Mirror:
             self._dirty += 1
             if self._dirty >= _FLUSH_EVERY:
                 self.flush()
-        if not self._order:
-            self._idle.set()
 
     def _advance(self) -> bool:
         moved = False

@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from hub.push.protocol import PROTOCOL_VERSION, RSPUSH_NS, CloseCode, TopicRequest
-from resourcesync import parse_document
+from resourcesync import DocumentError, parse_document
 from resourcesync.w3cdt import format_w3c_datetime
 
 
@@ -43,6 +43,10 @@ class HistoryInsufficientError(PushError):
 
 class RefusedError(PushError):
     """Unauthorised, unknown topic or protocol error."""
+
+
+class MalformedFrameError(PushError):
+    """The hub sent something that is not a frame of the protocol: reconnect (and poll)."""
 
 
 @dataclass(frozen=True)
@@ -82,29 +86,15 @@ async def push_changes(
         async with connect(url, open_timeout=open_timeout, max_size=None, compression=None) as ws:
             await ws.send(json.dumps(request))
             async for frame in ws:
-                if isinstance(frame, bytes) or frame.startswith("<"):
-                    for change in _from_xml(frame):
-                        yield change
-                    continue
-                message = json.loads(frame)
-                kind = message.get("type")
-                if kind == "changes":
-                    for item in message["changes"]:
-                        yield Change(
-                            topic=message["topic"],
-                            epoch=message["epoch"],
-                            position=item["position"],
-                            loc=item["loc"],
-                            change=item["change"],
-                            datetime=item["datetime"],
-                            data=item,
-                        )
-                elif kind == "history-insufficient":
-                    raise HistoryInsufficientError(message)
-                elif kind == "error":
-                    raise RefusedError(f"{message.get('error')}: {message.get('message')}")
-                else:
-                    yield message
+                try:
+                    items = _decode(frame)
+                except (ValueError, KeyError, TypeError, AttributeError, DocumentError) as exc:
+                    # A frame we cannot read is a broken channel, not a change to skip.
+                    raise MalformedFrameError(
+                        f"unreadable push frame ({type(exc).__name__}: {exc})"
+                    ) from exc
+                for item in items:
+                    yield item
     except ConnectionClosed as exc:
         code = exc.rcvd.code if exc.rcvd is not None else None
         reason = exc.rcvd.reason if exc.rcvd is not None else ""
@@ -112,6 +102,35 @@ async def push_changes(
     except OSError as exc:
         raise PushError(f"cannot connect to {url}: {exc}") from exc
     raise PushError("push channel closed by the hub", CloseCode.SHUTDOWN)
+
+
+def _decode(frame: str | bytes) -> list[Change | dict[str, Any]]:
+    """One frame as the changes (or the control message) it carries; raises the typed
+    errors for refusals, ValueError/KeyError/TypeError for anything malformed."""
+    if isinstance(frame, bytes) or frame.startswith("<"):
+        return list(_from_xml(frame))
+    message = json.loads(frame)
+    kind = message.get("type")
+    if kind == "changes":
+        return [
+            Change(
+                topic=message["topic"],
+                epoch=message["epoch"],
+                position=item["position"],
+                loc=item["loc"],
+                change=item["change"],
+                datetime=item["datetime"],
+                data=item,
+            )
+            for item in message["changes"]
+        ]
+    if kind == "history-insufficient":
+        raise HistoryInsufficientError(message)
+    if kind == "error":
+        raise RefusedError(f"{message.get('error')}: {message.get('message')}")
+    if not isinstance(message, dict):
+        raise TypeError("a frame must be a JSON object")
+    return [message]
 
 
 def _from_xml(frame: str | bytes) -> list[Change]:
@@ -122,7 +141,8 @@ def _from_xml(frame: str | bytes) -> list[Change]:
     changes = []
     for entry in document.entries:
         md = entry.md
-        assert md is not None and md.datetime is not None
+        if md is None or md.datetime is None or md.change is None:
+            raise ValueError(f"entry {entry.loc}: no rs:md change/datetime")
         # The same fields, in the same form, as the hub's JSON frames (docs/protocol.md).
         item: dict[str, Any] = {
             "position": md.extra.get(f"{{{RSPUSH_NS}}}position", ""),

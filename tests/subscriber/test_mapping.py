@@ -33,7 +33,6 @@ def site_map(*extra: tuple[str, str]) -> UriMap:
     [
         ("http://example.org/a", "a"),
         ("http://example.org/a/b/c.txt", "a/b/c.txt"),
-        ("http://example.org/a//b", "a/b"),  # empty segments carry no name
         ("http://example.org/a#section", "a"),  # a fragment is not part of the resource
         ("http://example.org/caf%C3%A9", "café"),  # names are stored decoded
         ("http://example.org/a%20b", "a b"),
@@ -151,6 +150,9 @@ def test_the_map_target_is_a_directory_inside_the_destination() -> None:
         ("http://example.org/a\x00b", "NUL"),
         ("http://example.org/" + "x" * 256, "longer than a file name"),
         ("http://example.org/" + "%C3%A9" * 128, "longer than a file name"),  # 256 bytes
+        # Another URI than a/b, the same file if empty segments were dropped.
+        ("http://example.org/a//b", "empty path segment"),
+        ("http://example.org//a/b", "empty path segment"),
     ],
 )
 def test_paths_that_could_leave_the_destination_are_refused(uri: str, reason: str) -> None:
