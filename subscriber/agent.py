@@ -81,6 +81,11 @@ class AgentConfig:
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     http_timeout: float = 30.0
+    retry_interval: float = 60.0
+    """Seconds between retries of failed changes."""
+    max_tries: int = 10
+    """How often a failed change is retried before only a newer change (or audit --repair)
+    can settle it."""
 
     @property
     def state_path(self) -> Path:
@@ -259,6 +264,29 @@ class Agent:
     # --- following -------------------------------------------------------------------------
 
     async def _follow(self) -> None:
+        retries = asyncio.create_task(self._retry_failures(), name="rs-subscribe retries")
+        try:
+            await self._follow_channels()
+        finally:
+            retries.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retries
+
+    async def _retry_failures(self) -> None:
+        """Every ``retry_interval``, changes that failed (the Source was down, or served
+        bytes not matching their hash) are tried again — up to ``max_tries`` times; a newer
+        change of the resource, or ``audit --repair``, settles them too."""
+        mirror, _ = self._parts()
+        while True:
+            await asyncio.sleep(self.config.retry_interval)
+            if self.stopping or self.channel not in ("push", "poll"):
+                continue
+            for change in mirror.checkpoint.retryable_failures(max_tries=self.config.max_tries):
+                if self.stopping:
+                    return
+                await mirror.submit(change)
+
+    async def _follow_channels(self) -> None:
         _, endpoints = self._parts()
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         while not self.stopping:

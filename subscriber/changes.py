@@ -23,6 +23,8 @@ class Channel(StrEnum):
     POLL = "poll"
     ARCHIVE = "archive"
     AUDIT = "audit"
+    RETRY = "retry"
+    """A change that failed, tried again (it never moves the watermark)."""
 
 
 class ChangeType(StrEnum):

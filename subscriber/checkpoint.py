@@ -21,7 +21,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 
-from .changes import ResourceChange
+from resourcesync.hashes import HashSyntaxError, parse_hashes
+
+from .changes import ChangeType, Channel, ResourceChange
 from .decide import ResourceState
 from .errors import StateLockedError
 
@@ -38,8 +40,18 @@ CREATE TABLE IF NOT EXISTS resources (
 CREATE TABLE IF NOT EXISTS failures (
     source TEXT NOT NULL, topic TEXT NOT NULL, uri TEXT NOT NULL,
     time_us INTEGER NOT NULL, change TEXT NOT NULL, reason TEXT NOT NULL, at_us INTEGER,
+    length INTEGER, hash TEXT, retryable INTEGER NOT NULL DEFAULT 1,
+    tries INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (source, topic, uri)) WITHOUT ROWID;
 """
+
+# Columns added to the failures table after its first version (state files made before).
+_FAILURE_COLUMNS = {
+    "length": "INTEGER",
+    "hash": "TEXT",
+    "retryable": "INTEGER NOT NULL DEFAULT 1",
+    "tries": "INTEGER NOT NULL DEFAULT 1",
+}
 
 
 def _us(moment: datetime) -> int:
@@ -99,6 +111,10 @@ class Checkpoint:
             # undo the last ones, and those changes are simply applied again.
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(failures)")}
+            for column, kind in _FAILURE_COLUMNS.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE failures ADD COLUMN {column} {kind}")
         except BaseException:
             _unlock(self._lock)
             raise
@@ -203,13 +219,26 @@ class Checkpoint:
                 self._set_watermark(watermark, now)
 
     def record_failure(
-        self, change: ResourceChange, reason: str, watermark: Watermark | None, *, now: datetime
+        self,
+        change: ResourceChange,
+        reason: str,
+        watermark: Watermark | None,
+        *,
+        now: datetime,
+        retryable: bool = True,
     ) -> None:
-        """A change that could not be applied: remembered for ``status`` and ``audit
-        --repair``; the watermark still moves so one bad resource cannot stall the rest."""
+        """A change that could not be applied: remembered (with what it announced, to
+        verify a retry) for ``status``, the agent's retries and ``audit --repair``; the
+        watermark still moves so one bad resource cannot stall the rest."""
+        hash_text = " ".join(str(h) for h in change.hashes) or None
         with self._transaction():
             self._db.execute(
-                "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO failures (source, topic, uri, time_us, change, reason, at_us, "
+                "length, hash, retryable, tries) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) "
+                "ON CONFLICT (source, topic, uri) DO UPDATE SET time_us = excluded.time_us, "
+                "change = excluded.change, reason = excluded.reason, at_us = excluded.at_us, "
+                "length = excluded.length, hash = excluded.hash, "
+                "retryable = excluded.retryable, tries = failures.tries + 1",
                 (
                     self.source,
                     self.topic,
@@ -218,10 +247,34 @@ class Checkpoint:
                     str(change.change),
                     reason,
                     _us(now),
+                    change.length,
+                    hash_text,
+                    int(retryable),
                 ),
             )
             if watermark is not None:
                 self._set_watermark(watermark, now)
+
+    def retryable_failures(self, *, max_tries: int) -> list[ResourceChange]:
+        """Failed changes worth another try (not refused paths; fewer than ``max_tries``),
+        as changes to submit again — oldest failure first."""
+        rows = self._db.execute(
+            "SELECT uri, time_us, change, length, hash FROM failures "
+            "WHERE source = ? AND topic = ? AND retryable = 1 AND tries < ? ORDER BY at_us",
+            (self.source, self.topic, max_tries),
+        ).fetchall()
+        retries = []
+        for uri, time_us, change, length, hash_text in rows:
+            try:
+                hashes = parse_hashes(hash_text) if hash_text else ()
+            except HashSyntaxError:
+                hashes = ()
+            retries.append(
+                ResourceChange(
+                    uri, ChangeType(change), _time(time_us), Channel.RETRY, length, hashes
+                )
+            )
+        return retries
 
     def set_watermark(self, watermark: Watermark, *, now: datetime) -> None:
         with self._transaction():
@@ -245,6 +298,13 @@ class Checkpoint:
             self._db.execute(
                 "UPDATE topics SET baseline_at_us = ? WHERE source = ? AND topic = ?",
                 (_us(at), self.source, self.topic),
+            )
+
+    def clear_failure(self, uri: str) -> None:
+        with self._transaction():
+            self._db.execute(
+                "DELETE FROM failures WHERE source = ? AND topic = ? AND uri = ?",
+                (self.source, self.topic, uri),
             )
 
     def forget(self, uri: str) -> None:

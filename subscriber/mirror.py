@@ -230,6 +230,8 @@ class Mirror:
         decision = decide(stored, change)
         if decision in (Decision.SKIP_OLDER, Decision.SKIP_DUPLICATE):
             self.stats[str(decision)] += 1
+            if change.channel == Channel.RETRY:
+                self.checkpoint.clear_failure(change.uri)  # settled by a newer change
             return None, None
         try:
             relative = self.uri_map.path_for(change.uri)
@@ -292,7 +294,14 @@ class Mirror:
             asyncio.get_running_loop().call_soon(self.commit)
         if failure is not None:
             log.warning("%s", failure)
-            self.checkpoint.record_failure(change, failure, watermark, now=now)
+            self.checkpoint.record_failure(
+                change,
+                failure,
+                watermark,
+                now=now,
+                # A refused path stays refused (UnmappedURIError: "refused <uri>: …").
+                retryable=not failure.startswith("refused "),
+            )
             self._dirty = 0 if moved else self._dirty
             self._emit(change, "failed", now, reason=failure)
         elif state is not None:
@@ -311,6 +320,9 @@ class Mirror:
             seq = self._order.popleft()
             self._done.discard(seq)
             change = self._pending.pop(seq)
+            if change.channel == Channel.RETRY:
+                moved = True  # the prefix advanced; where the stream stands did not
+                continue
             if change.epoch is not None:
                 self.epoch = change.epoch
             self.watermark = Watermark(

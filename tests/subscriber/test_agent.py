@@ -442,3 +442,26 @@ async def test_keep_deleted_keeps_the_file_and_records_the_deletion(
             stored = run.agent.mirror.checkpoint.resource(origin.uri("/k.txt"))
             assert stored is not None and stored.change == "deleted"
         assert mirror_files(dest) == {"/k.txt": b"keep me"}
+
+
+async def test_failed_changes_are_retried_until_they_apply(
+    hub: RunningHub, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """The origin serves wrong bytes for a while: the change fails (all its tries), is
+    recorded, and a later retry — not a newer change — brings the mirror in step."""
+    dest = tmp_path / "mirror"
+    async with running_origin() as origin:
+        await publish(client, "dataset1", origin, [("/r.txt", "created", b"first")])
+        config = config_for(hub, origin, dest, retry_interval=0.2, tries=1)
+        async with running_agent(config) as run:
+            await until(lambda: run.agent.channel == "push", "the push subscription")
+            origin.corrupt("/r.txt", times=2)  # the push attempt and the first retry
+            await publish(client, "dataset1", origin, [("/r.txt", "updated", b"second")])
+            await until(
+                lambda: any(e["event"] == "failed" for e in run.events), "the failed change"
+            )
+            await until(lambda: len(run.applied("retry")) == 1, "the retried change", 20)
+            assert mirror_files(dest) == {"/r.txt": b"second"}
+            assert run.agent.mirror is not None
+            assert run.agent.mirror.checkpoint.failures() == []
+        assert origin.requests["/r.txt"] == 4  # baseline, push, retry (bad), retry (good)
