@@ -3,7 +3,8 @@
 Exit status: 0 done (or stopped by SIGINT/SIGTERM with the checkpoint committed); 1 the
 mirror differs from the Source (``audit``) or the Source became unusable; 2 usage or
 discovery error (several topics and no ``--topic``, say); 3 history insufficient (``watch``);
-4 refused by the hub (unauthorised, unknown topic); 5 the state file is in use.
+4 refused by the hub (unauthorised, unknown topic); 5 the state file is in use; 130 a second
+SIGINT/SIGTERM (quit at once).
 """
 
 from __future__ import annotations
