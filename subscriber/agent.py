@@ -30,7 +30,7 @@ import httpx
 
 from hub.push.protocol import Position, TopicRequest
 from resourcesync import Capability
-from resourcesync.w3cdt import format_w3c_datetime
+from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 from .appliers import Applier, FilesystemApplier, NullApplier
 from .backoff import Backoff
@@ -299,7 +299,7 @@ class Agent:
             except HistoryInsufficientError as exc:
                 log.warning("%s", exc)
                 mark = self._parts()[0].watermark
-                resume = _before_oldest(exc.info)
+                resume = _before_oldest(exc.info, mark.last_time)
                 if resume is not None and mark == self._caught_up_to:
                     # We just read the archive and the open list, yet the hub still finds
                     # a trimmed change at our last change time (several changes share it).
@@ -466,11 +466,15 @@ class Agent:
         return self.mirror, self.endpoints
 
 
-def _before_oldest(info: dict[str, Any]) -> tuple[str, str] | None:
+def _before_oldest(info: dict[str, Any], caught_up: datetime | None) -> tuple[str, str] | None:
     """Where the hub's stream holds everything after: its ``after`` (protocol v1 hubs send
-    it), else the position just before its oldest change."""
+    it), else the position just before its oldest change — but only if our catch-up reached
+    the last trimmed change's time; if retention trimmed further meanwhile, catch up again."""
     after, oldest, epoch = info.get("after"), info.get("oldest"), info.get("epoch")
     if not epoch:
+        return None
+    after_time = info.get("after_time")
+    if after_time and (caught_up is None or parse_w3c_datetime(after_time) > caught_up):
         return None
     if after:
         return after, epoch

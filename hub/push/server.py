@@ -22,6 +22,8 @@ from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from resourcesync.w3cdt import format_w3c_datetime
+
 from ..auth import token_sha256
 from ..ingest import from_us, to_us
 from ..keys import TopicKeys
@@ -196,7 +198,10 @@ class PushServer:
         urls = Urls(self.settings.hub.base_url, topic)
 
         def insufficient(
-            reason: str, oldest: Position | None, after: Position | None = trimmed
+            reason: str,
+            oldest: Position | None,
+            after: Position | None = trimmed,
+            after_us: int | None = trimmed_us,
         ) -> HistoryInsufficient:
             return HistoryInsufficient(
                 control(
@@ -205,9 +210,11 @@ class PushServer:
                     reason=reason,
                     epoch=epoch,
                     oldest=None if oldest is None else str(oldest),
-                    # Everything after this position is still in the stream: a client that
-                    # has caught up from the archive can resume from it exactly.
+                    # Everything after this position (the last trimmed change, at after_time)
+                    # is still in the stream: a client that has caught up from the archive
+                    # to at least after_time can resume from it exactly.
                     after=str(after or ZERO),
+                    after_time=None if after_us is None else _w3c_us(after_us),
                     archive=urls.change_list_archive,
                 )
             )
@@ -262,9 +269,17 @@ class PushServer:
             # Retention may have trimmed past our cursor since the subscription was checked:
             # the page would then silently start after a gap. The trim records how far it
             # went in the same script, so reading it *after* the page is enough.
-            raw: Any = await self.redis.hget(keys.meta, "trimmed_through")
+            fields: Any = await self.redis.hmget(
+                keys.meta, ["trimmed_through", "trimmed_through_t"]
+            )
+            raw, raw_t = fields
             if raw is not None and (now_trimmed := Position.parse(raw.decode())) > sub.last_sent:
-                raise insufficient("trimmed", await self._oldest(keys), now_trimmed)
+                raise insufficient(
+                    "trimmed",
+                    await self._oldest(keys),
+                    now_trimmed,
+                    None if raw_t is None else int(raw_t),
+                )
             changes = [row_change(row) for row in rows]
             if changes:
                 await self._send(connection, feed, sub, changes)
@@ -352,3 +367,7 @@ async def _refuse(connection: ServerConnection, code: int, kind: str, message: s
     with contextlib.suppress(ConnectionClosed):
         await connection.send(control("error", error=kind, message=message))
     await connection.close(code, message[:120])
+
+
+def _w3c_us(time_us: int) -> str:
+    return format_w3c_datetime(from_us(time_us))

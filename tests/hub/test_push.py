@@ -637,7 +637,8 @@ async def test_history_insufficient_after_trimming(
     ):
         assert running.push_url is not None
         times = Times()
-        receipts = [await post(http, [change]) for change in batch(times, "h", 10)]
+        sent = batch(times, "h", 10)
+        receipts = [await post(http, [change]) for change in sent]
         positions = [r["last"] for r in receipts]
         epoch = receipts[0]["epoch"]
         # Three lists of three close; their nine changes leave the stream.
@@ -665,6 +666,7 @@ async def test_history_insufficient_after_trimming(
             "epoch": epoch,
             "oldest": positions[9],
             "after": positions[8],  # the last trimmed: everything after it is in the stream
+            "after_time": format_w3c_datetime(parse_w3c_datetime(sent[8][2])),
             "archive": archive,
         }
         reply = await refused({"topic": "dataset1", "position": positions[7], "epoch": epoch})
