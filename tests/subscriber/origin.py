@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
@@ -115,11 +115,15 @@ class _Server(uvicorn.Server):
         yield
 
 
+OriginT = TypeVar("OriginT", bound=Origin)
+
+
 @asynccontextmanager
-async def running_origin() -> AsyncIterator[Origin]:
-    """An :class:`Origin` on 127.0.0.1, a free port; stopped when the block exits."""
+async def running_origin(kind: type[OriginT] = Origin) -> AsyncIterator[OriginT]:  # type: ignore[assignment]
+    """An :class:`Origin` (or a subclass: ``kind``) on 127.0.0.1, a free port; stopped when
+    the block exits."""
     sock = bind("127.0.0.1", 0)
-    origin = Origin(f"http://127.0.0.1:{sock.getsockname()[1]}")
+    origin = kind(f"http://127.0.0.1:{sock.getsockname()[1]}")
     app = Starlette(routes=[Route("/{path:path}", origin._get, methods=["GET"])])
     config = uvicorn.Config(
         app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=5
