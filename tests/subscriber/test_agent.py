@@ -14,7 +14,7 @@ from hub.push.server import PushServer
 from hub.server import RunningHub, bind, running_hub
 from hub.settings import Push
 from resourcesync.w3cdt import parse_w3c_datetime
-from subscriber.agent import AgentConfig
+from subscriber.agent import AgentConfig, _before_oldest
 from subscriber.api import Subscription
 from subscriber.changes import Channel, Outcome, ResourceChange
 from subscriber.filters import ChangeFilter
@@ -465,3 +465,20 @@ async def test_failed_changes_are_retried_until_they_apply(
             assert run.agent.mirror is not None
             assert run.agent.mirror.checkpoint.failures() == []
         assert origin.requests["/r.txt"] == 4  # baseline, push, retry (bad), retry (good)
+
+
+def test_resume_after_the_trim_only_when_the_catch_up_reached_it() -> None:
+    """The hub's ``after`` is used only if the catch-up read up to ``after_time``: retention
+    may have trimmed more while it ran (then: catch up again)."""
+    info = {"epoch": "e1", "oldest": "7-0", "after": "6-2", "after_time": "2026-01-01T00:00:10Z"}
+    reached = parse_w3c_datetime("2026-01-01T00:00:10Z")
+    short = parse_w3c_datetime("2026-01-01T00:00:09Z")
+    assert _before_oldest(info, reached) == ("6-2", "e1")
+    assert _before_oldest(info, short) is None
+    assert _before_oldest(info, None) is None
+    # A hub without after: just before its oldest change.
+    assert _before_oldest({"epoch": "e1", "oldest": "7-0"}, reached) == (
+        "6-18446744073709551615",
+        "e1",
+    )
+    assert _before_oldest({"oldest": "7-0"}, reached) is None
