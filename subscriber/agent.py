@@ -347,6 +347,7 @@ class Agent:
             elif item.get("type") == "subscribed":
                 backoff.reset()
                 self.channel = "push"
+                self._rebaselined_at = None  # the guard is for the first step after one
                 mirror.epoch = item.get("epoch")
                 log.info(
                     "push: subscribed to %s (epoch %s, after %s)",
@@ -425,6 +426,7 @@ class Agent:
                         break
                     await mirror.submit(change)
                 await mirror.drain()
+                self._rebaselined_at = None  # the guard is for the first step after one
             except ArchiveTooShortError as exc:
                 await mirror.drain()
                 await self._archive_too_short(exc)
