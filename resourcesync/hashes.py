@@ -74,6 +74,17 @@ class HashValue:
             return DigestEncoding.BASE64
         return DigestEncoding.UNKNOWN
 
+    @property
+    def raw(self) -> bytes | None:
+        """The digest's bytes, however it is written; None when neither hex nor base64 of
+        the algorithm's size (or the algorithm is unknown)."""
+        encoding = self.encoding
+        if encoding is DigestEncoding.HEX:
+            return bytes.fromhex(self.digest)
+        if encoding is DigestEncoding.BASE64:
+            return _b64decode(self.digest)
+        return None
+
     def matches_digest(self, raw_digest: bytes) -> bool:
         """True when this value equals ``raw_digest`` written in hex or base64."""
         if self.digest.lower() == raw_digest.hex():

@@ -334,7 +334,10 @@ class Agent:
         elif mark.position is not None and mark.epoch is not None:
             request = TopicRequest(topic=endpoints.topic, position=mark.position, epoch=mark.epoch)
         elif mark.last_time is not None:
-            request = TopicRequest(topic=endpoints.topic, since=format_w3c_datetime(mark.last_time))
+            # With the epoch we knew: the hub refuses it if the stream was recreated since.
+            request = TopicRequest(
+                topic=endpoints.topic, since=format_w3c_datetime(mark.last_time), epoch=mark.epoch
+            )
         else:
             request = TopicRequest(topic=endpoints.topic)
         async for item in push_changes(url, [request], token=self.config.token):
@@ -348,7 +351,7 @@ class Agent:
                 backoff.reset()
                 self.channel = "push"
                 self._rebaselined_at = None  # the guard is for the first step after one
-                mirror.epoch = item.get("epoch")
+                mirror.note_epoch(item.get("epoch"))
                 log.info(
                     "push: subscribed to %s (epoch %s, after %s)",
                     item.get("topic"),

@@ -154,7 +154,7 @@ async def _repair(
             except (SubscriberError, OSError) as exc:
                 report.repair_failures.append(f"{uri}: {exc}")
                 continue
-            hash_text = " ".join(str(h) for h in change.hashes) or f"sha256:{fetched.sha256}"
+            hash_text = change.hash_text or f"sha256:{fetched.sha256}"
             checkpoint.record(
                 change,
                 ResourceState(

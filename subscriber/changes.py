@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from resourcesync import Entry, Link
-from resourcesync.hashes import HashSyntaxError, HashValue, parse_hashes
+from resourcesync.hashes import HashSyntaxError, HashValue, format_hashes, parse_hashes
 from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 
@@ -48,6 +48,11 @@ class ResourceChange:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
+    def hash_text(self) -> str | None:
+        """The ``hash`` attribute as the Source gave it (any encoding), None without one."""
+        return format_hashes(self.hashes) if self.hashes else None
+
+    @property
     def key(self) -> tuple[str, datetime, str]:
         """What apply is idempotent on (DESIGN.md: URI, change datetime, change type)."""
         return (self.uri, self.time, self.change)
@@ -64,7 +69,7 @@ class ResourceChange:
         if self.length is not None:
             data["length"] = self.length
         if self.hashes:
-            data["hash"] = " ".join(str(h) for h in self.hashes)
+            data["hash"] = self.hash_text
         if self.media_type is not None:
             data["type"] = self.media_type
         return data

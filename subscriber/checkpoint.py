@@ -230,7 +230,7 @@ class Checkpoint:
         """A change that could not be applied: remembered (with what it announced, to
         verify a retry) for ``status``, the agent's retries and ``audit --repair``; the
         watermark still moves so one bad resource cannot stall the rest."""
-        hash_text = " ".join(str(h) for h in change.hashes) or None
+        hash_text = change.hash_text
         with self._transaction():
             self._db.execute(
                 "INSERT INTO failures (source, topic, uri, time_us, change, reason, at_us, "

@@ -8,12 +8,11 @@ cannot resurrect the resource.
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from resourcesync.hashes import DigestEncoding, HashValue, parse_hashes
+from resourcesync.hashes import HashValue, parse_hashes
 
 from .changes import ChangeType, ResourceChange
 
@@ -89,16 +88,7 @@ def _same_digest(announced: tuple[HashValue, ...], held: tuple[HashValue, ...]) 
                 old.hashlib_name or old.algorithm.lower()
             ):
                 continue
-            raw = _raw(old)
+            raw = old.raw
             if raw is not None and new.matches_digest(raw):
                 return True
     return False
-
-
-def _raw(value: HashValue) -> bytes | None:
-    if value.encoding is DigestEncoding.HEX:
-        return bytes.fromhex(value.digest)
-    if value.encoding is DigestEncoding.BASE64:
-        padded = value.digest + "=" * (-len(value.digest) % 4)
-        return base64.b64decode(padded.replace("-", "+").replace("_", "/"))
-    return None

@@ -130,6 +130,15 @@ class Mirror:
         await self._idle.wait()
         self.flush()
 
+    def note_epoch(self, epoch: str | None) -> None:
+        """The hub named the stream's epoch (a subscription began). Remember it with the
+        watermark even before a change moves it: a later resume by time sends it, so a
+        recreated stream is noticed instead of being taken for a continuation."""
+        if epoch and self.watermark.epoch is None:
+            self.watermark = Watermark(epoch, self.watermark.position, self.watermark.last_time)
+            self._dirty += 1
+        self.epoch = epoch or self.epoch
+
     def abandon(self) -> None:
         """Stopping: changes not yet being applied are dropped, not applied. The watermark
         stays at the gap-free prefix before the first of them, so the next run gets them
@@ -244,7 +253,7 @@ class Mirror:
                 return self._state(change, relative, None, None), None
             if content is None and self.fetcher is None:
                 await self.applier.apply(change, relative, None)
-                hash_text = " ".join(str(h) for h in change.hashes) or None
+                hash_text = change.hash_text
                 return self._state(change, relative, change.length, hash_text), None
             fetched = content or await self._fetch(change, superseded)
             try:
@@ -252,7 +261,7 @@ class Mirror:
             finally:
                 fetched.path.unlink(missing_ok=True)
             own = f"sha256:{fetched.sha256}" if fetched.sha256 else None
-            hash_text = " ".join(str(h) for h in change.hashes) or own
+            hash_text = change.hash_text or own
             return self._state(change, relative, fetched.length, hash_text), None
         except SupersededError:
             self.stats["superseded"] += 1

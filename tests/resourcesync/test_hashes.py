@@ -250,3 +250,18 @@ def test_any_content_matches_its_own_digest(content: bytes, algorithm: str, styl
     assert value.matches_content(content + b"!") is False
     expected = DigestEncoding.HEX if style in ("hex", "HEX") else DigestEncoding.BASE64
     assert value.encoding is expected
+
+
+@given(st.binary(max_size=64), st.sampled_from(["md5", "sha-256", "sha-1"]))
+def test_raw_is_the_digest_whatever_its_encoding(content: bytes, algorithm: str) -> None:
+    name = {"md5": "md5", "sha-256": "sha256", "sha-1": "sha1"}[algorithm]
+    digest = hashlib.new(name, content).digest()
+    for written in (
+        digest.hex(),
+        digest.hex().upper(),
+        base64.b64encode(digest).decode(),
+        base64.urlsafe_b64encode(digest).decode().rstrip("="),
+    ):
+        assert HashValue(algorithm, written).raw == digest
+    assert HashValue(algorithm, "not-a-digest").raw is None
+    assert HashValue("unknown-alg", digest.hex()).raw is None

@@ -635,3 +635,21 @@ async def test_the_window_queues_ahead_while_only_concurrency_changes_apply(
     await mirror.drain()
     assert applier.max_in_flight == 2
     assert len(applier.finished) == 8
+
+
+async def test_the_epoch_of_a_subscription_is_kept_with_the_watermark(
+    make_mirror: Callable[..., Mirror], checkpoint: Checkpoint
+) -> None:
+    """Named by the hub before any change moved the watermark (right after a baseline), the
+    epoch still reaches the checkpoint: a resume by time then carries it."""
+    mirror = make_mirror()
+    mirror.set_watermark(Watermark(None, None, NOW))
+    mirror.note_epoch("e1")
+    await mirror.drain()
+    state = checkpoint.state()
+    assert state is not None
+    assert state.watermark == Watermark("e1", None, NOW)
+    mirror.note_epoch(None)  # nothing new said: nothing changes
+    await mirror.drain()
+    state = checkpoint.state()
+    assert state is not None and state.watermark.epoch == "e1"
