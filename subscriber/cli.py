@@ -29,123 +29,43 @@ from .agent import Agent, AgentConfig
 from .appliers import ExecApplier
 from .audit import audit as run_audit
 from .checkpoint import list_topics, recent_failures
+from .cli_options import (
+    EXIT_CLOSED,
+    EXIT_FAILED,
+    EXIT_HISTORY,
+    EXIT_INTERRUPTED,
+    EXIT_LOCKED,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Collection,
+    Concurrency,
+    Debug,
+    DescribedBy,
+    Dest,
+    Exclude,
+    Include,
+    JsonLogs,
+    Maps,
+    Profile,
+    SourceUrl,
+    StateFile,
+    Token,
+    Topic,
+    build_config,
+)
 from .discovery import DiscoveryError, discover
 from .errors import StateLockedError, SubscriberError
-from .filters import ChangeFilter
 from .logs import EventWriter, setup_logging
-from .mapping import UriMap
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
 
 app = typer.Typer(
     add_completion=False,
+    rich_markup_mode=None,  # docstrings are plain text: single line breaks are re-wrapped
     pretty_exceptions_show_locals=False,  # tokens live in locals
     no_args_is_help=True,
     help="Keep a Destination in step with a ResourceSync Source: baseline, live push, "
     "polling fallback, archive catch-up, audit.",
 )
-
-EXIT_FAILED = 1
-EXIT_CLOSED = 1
-EXIT_USAGE = 2
-EXIT_HISTORY = 3
-EXIT_REFUSED = 4
-EXIT_LOCKED = 5
-EXIT_INTERRUPTED = 130  # a second SIGINT/SIGTERM: 128 + SIGINT, as shells report it
-
-SourceUrl = Annotated[
-    str,
-    typer.Argument(
-        help="The Source: a hub or Source base URL, its /.well-known/resourcesync, a "
-        'Capability List, or any page whose Link header or <link rel="resourcesync"> '
-        "points to one.",
-        show_default=False,
-    ),
-]
-Dest = Annotated[
-    Path, typer.Option("--dest", "-d", help="The mirror directory.", show_default=False)
-]
-StateFile = Annotated[
-    Path | None,
-    typer.Option(help="Checkpoint file (SQLite). Default: DEST/.rs-subscribe/state.sqlite."),
-]
-Topic = Annotated[str | None, typer.Option(help="Topic (needed when the Source has several).")]
-Maps = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--map",
-        help="URI=DIR: files for URIs under URI go to DIR (relative to --dest). Repeatable. "
-        "Default: the Source's base URI onto --dest. URIs no map covers are refused.",
-    ),
-]
-Include = Annotated[
-    list[str] | None, typer.Option(help="Only URIs matching this regex (repeatable: any).")
-]
-Exclude = Annotated[list[str] | None, typer.Option(help="Never URIs matching this regex.")]
-Collection = Annotated[
-    str | None, typer.Option(help='Only resources with rs:ln rel="collection" to this URI.')
-]
-DescribedBy = Annotated[
-    str | None,
-    typer.Option(help='Only resources with a rel="describedby" link starting with this URI.'),
-]
-Profile = Annotated[
-    str | None,
-    typer.Option(help='Only metadata records of this profile (rel="profile" / @profile).'),
-]
-JsonLogs = Annotated[bool, typer.Option("--json-logs", help="Log lines as JSON objects.")]
-Debug = Annotated[bool, typer.Option("--debug", help="Verbose logs and tracebacks.")]
-Token = Annotated[
-    str | None, typer.Option(help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN).")
-]
-Concurrency = Annotated[
-    int, typer.Option(min=1, max=256, help="Resources fetched at once (per-URI order is kept).")
-]
-
-
-def _config(
-    source_url: str,
-    dest: Path,
-    state: Path | None,
-    topic: str | None,
-    maps: list[str] | None,
-    include: list[str] | None,
-    exclude: list[str] | None,
-    collection: str | None,
-    describedby: str | None,
-    profile: str | None,
-    token: str | None,
-    concurrency: int,
-    **options: object,
-) -> AgentConfig:
-    pairs = []
-    for item in maps or []:
-        uri, sep, directory = item.partition("=")
-        if not sep or not uri:
-            _usage(f"--map {item!r}: expected URI=DIR")
-        pairs.append((uri, directory))
-    try:
-        change_filter = ChangeFilter.build(
-            include or [], exclude or [], collection, describedby, profile
-        )
-        UriMap.build(pairs)
-    except ValueError as exc:
-        _usage(str(exc))
-    return AgentConfig(
-        source_url=source_url,
-        dest=dest,
-        state=state,
-        topic=topic,
-        maps=pairs,
-        change_filter=change_filter,
-        token=token or os.environ.get("RSPUSH_SUBSCRIBER_TOKEN"),
-        concurrency=concurrency,
-        **options,  # type: ignore[arg-type]
-    )
-
-
-def _usage(message: str) -> None:
-    typer.echo(f"rs-subscribe: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
 
 
 @app.callback()
@@ -162,8 +82,9 @@ def run(
     events: Annotated[
         str | None,
         typer.Option(
+            metavar="FILE|-",
             help="Write one JSON line per applied change to FILE (or - for stdout): uri, "
-            "change, time, position, channel (baseline|push|poll|archive), applied."
+            "change, time, position, channel (baseline|push|poll|archive|retry), applied.",
         ),
     ] = None,
     maps: Maps = None,
@@ -179,6 +100,7 @@ def run(
         str | None,
         typer.Option(
             "--exec",
+            metavar="CMD",
             help="Instead of writing files, run CMD for each change with it as JSON on stdin "
             "(content_file names the verified bytes). A non-zero exit is a failed change.",
         ),
@@ -198,11 +120,13 @@ def run(
     json_logs: JsonLogs = False,
     debug: Debug = False,
 ) -> None:
-    """Mirror a Source and stay in step: baseline (first run), then live push, polling the
-    Change Lists while push is down, catching up through the Change List Archive after a long
-    absence. Stop with Ctrl-C or SIGTERM: the files being written are finished and the
-    checkpoint committed; the next run resumes from it."""
-    config = _config(
+    """Mirror a Source and stay in step with it.
+
+    Baseline on the first run, then live push; polling the Change Lists while push is down;
+    catching up through the Change List Archive after a long absence. Stop with Ctrl-C or
+    SIGTERM: the files being written are finished and the checkpoint committed; the next run
+    resumes from it (a second signal quits at once)."""
+    config = build_config(
         source_url,
         dest,
         state,
@@ -228,7 +152,9 @@ def baseline(
     dest: Dest,
     state: StateFile = None,
     topic: Topic = None,
-    events: Annotated[str | None, typer.Option(help="JSON lines of applied changes.")] = None,
+    events: Annotated[
+        str | None, typer.Option(metavar="FILE|-", help="JSON lines of applied changes.")
+    ] = None,
     maps: Maps = None,
     include: Include = None,
     exclude: Exclude = None,
@@ -241,9 +167,11 @@ def baseline(
     json_logs: JsonLogs = False,
     debug: Debug = False,
 ) -> None:
-    """Make (or remake) the baseline copy from the Source's Resource List or Resource Dump,
-    record where incremental sync starts, and exit."""
-    config = _config(
+    """Make (or remake) the baseline copy, then exit.
+
+    From the Source's Resource Dump when it offers one, else its Resource List; records where
+    incremental sync starts (the list's at)."""
+    config = build_config(
         source_url,
         dest,
         state,
@@ -347,9 +275,12 @@ def audit(
     json_logs: JsonLogs = False,
     debug: Debug = False,
 ) -> None:
-    """Compare the mirror with the Source's Resource List: missing, extra and different
-    files. Exit 0 when identical (or all repaired), 1 otherwise."""
-    config = _config(
+    """Compare the mirror with the Source's Resource List.
+
+    Lists missing, different and extra files (and URIs no --map covers); --repair fetches
+    what is missing or different and deletes what is extra. Exit 0 when identical (or all
+    repaired), 1 otherwise."""
+    config = build_config(
         source_url,
         dest,
         state,
@@ -408,10 +339,12 @@ def status(
     state: Annotated[Path, typer.Option(help="The checkpoint file to read.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Show each Source and topic in a state file: epoch, position and change time of the
-    watermark, last baseline, counts of resources, tombstones and failures, and the latest
-    failures with their reasons (a later change of the resource, or audit --repair, clears
-    them). Reads without the lock: works while the agent runs."""
+    """Show where a state file's Sources and topics stand.
+
+    Epoch, position and change time of the watermark, the last baseline, counts of
+    resources, tombstones and failures, and the latest failures with their reasons (a later
+    change of the resource, a retry or audit --repair clears them). Reads without the lock:
+    works while the agent runs."""
     try:
         topics = list_topics(state)
     except OSError as exc:
@@ -473,8 +406,10 @@ def watch(
         str | None, typer.Option(help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN).")
     ] = None,
 ) -> None:
-    """Print each pushed change as one JSON line: topic, epoch, position, loc, change,
-    datetime (and hash, length, type when given).
+    """Print pushed changes as JSON lines (debugging).
+
+    One line per change: topic, epoch, position, loc, change, datetime (and hash, length,
+    type when given).
 
     Exit status: 1 channel closed, 2 usage/discovery error, 3 history insufficient (catch up
     from the archive it names), 4 refused (unauthorised, unknown topic).
