@@ -47,7 +47,7 @@ from typing import Any
 
 from lxml import etree
 
-from resourcesync import (
+from rspush.resourcesync import (
     MAX_ENTRIES,
     Document,
     Entry,
@@ -57,8 +57,8 @@ from resourcesync import (
     serialise,
     validate,
 )
-from resourcesync.parser import CHUNK_BYTES, _new_parser
-from resourcesync.schema import schema_errors
+from rspush.resourcesync.parser import CHUNK_BYTES, _new_parser
+from rspush.resourcesync.schema import schema_errors
 
 SEED = 20240601
 BASE = "https://data.example.org"

@@ -457,7 +457,7 @@ class ClientWorker:
 def lags(log: list[tuple[float, bytes]]) -> dict[str, Any]:
     """Per received change, in ms: receive - acceptance (position ms), receive - datetime.
     Every client of a process gets the same frames: each distinct frame is parsed once."""
-    from resourcesync.w3cdt import parse_w3c_datetime
+    from rspush.resourcesync.w3cdt import parse_w3c_datetime
 
     parsed: dict[bytes, list[tuple[float, float]]] = {}
     accept = array("d")

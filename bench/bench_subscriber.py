@@ -70,12 +70,12 @@ import httpx
 import lxml
 from lxml import etree
 
-from hub.push.protocol import TopicRequest
-from resourcesync import parse_document
-from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
-from subscriber.agent import Agent, AgentConfig
-from subscriber.appliers import NullApplier
-from subscriber.push import Change, PushError, push_changes
+from rspush.hub.push.protocol import TopicRequest
+from rspush.resourcesync import parse_document
+from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+from rspush.subscriber.agent import Agent, AgentConfig
+from rspush.subscriber.appliers import NullApplier
+from rspush.subscriber.push import Change, PushError, push_changes
 
 from .bench_push import children, cpu_s, free_port, percentile, stop_process
 from .fragments import change_fragment
@@ -129,7 +129,7 @@ async def serve_origin() -> None:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from hub.server import bind
+    from rspush.hub.server import bind
 
     served: dict[str, bytes] = {}
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 import redis
 
-from hub.embedded import EmbeddedRedis
-from hub.server import RunningHub, bind, running_hub
-from hub.settings import Limits, Settings, Source, Topic
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.hub.embedded import EmbeddedRedis
+from rspush.hub.server import RunningHub, bind, running_hub
+from rspush.hub.settings import Limits, Settings, Source, Topic
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 from tests.conftest import TIMEOUT_SCALE
 
 TOKEN_A = "token-of-source-a"

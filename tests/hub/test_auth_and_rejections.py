@@ -12,8 +12,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from hub.server import RunningHub
-from resourcesync import parse_document
+from rspush.hub.server import RunningHub
+from rspush.resourcesync import parse_document
 from tests.hub.conftest import TOKEN_A, TOKEN_B, HubFactory, auth, change_fragment
 
 RS = (

@@ -16,11 +16,11 @@ import httpx
 import pytest
 import redis
 
-from hub.embedded import server_binary
-from hub.push.protocol import TopicRequest
-from hub.server import bind, running_hub
-from resourcesync import parse_document, validate
-from subscriber.push import Change, push_changes
+from rspush.hub.embedded import server_binary
+from rspush.hub.push.protocol import TopicRequest
+from rspush.hub.server import bind, running_hub
+from rspush.resourcesync import parse_document, validate
+from rspush.subscriber.push import Change, push_changes
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub.conftest import auth, change_fragment, make_settings
 

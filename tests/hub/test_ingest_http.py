@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 
-from hub.server import RunningHub
-from resourcesync import DocumentType, parse_document, validate
-from resourcesync.schema import schema_errors
+from rspush.hub.server import RunningHub
+from rspush.resourcesync import DocumentType, parse_document, validate
+from rspush.resourcesync.schema import schema_errors
 from tests.hub.conftest import auth, change_fragment
 
 

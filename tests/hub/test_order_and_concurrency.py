@@ -14,9 +14,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from hub.server import RunningHub
-from resourcesync import Document, DocumentType, Entry, parse_document, validate
-from resourcesync.schema import schema_errors
+from rspush.hub.server import RunningHub
+from rspush.resourcesync import Document, DocumentType, Entry, parse_document, validate
+from rspush.resourcesync.schema import schema_errors
 from tests.hub.conftest import HubFactory, auth, change_fragment, eventually, iso
 
 RS = (

@@ -22,13 +22,13 @@ from redis.asyncio import Redis
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from hub.push.protocol import PUSH_REL, RSPUSH_NS, CloseCode, TopicRequest
-from hub.server import RunningHub, bind, running_hub
-from hub.settings import Settings, Subscriber, Topic
-from resourcesync import Capability, DocumentType, parse_document, validate
-from resourcesync.schema import schema_errors
-from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
-from subscriber.push import (
+from rspush.hub.push.protocol import PUSH_REL, RSPUSH_NS, CloseCode, TopicRequest
+from rspush.hub.server import RunningHub, bind, running_hub
+from rspush.hub.settings import Settings, Subscriber, Topic
+from rspush.resourcesync import Capability, DocumentType, parse_document, validate
+from rspush.resourcesync.schema import schema_errors
+from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+from rspush.subscriber.push import (
     Change,
     HistoryInsufficientError,
     PushError,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hub.ingest import change_json, to_us
-from hub.push.protocol import (
+from rspush.hub.ingest import change_json, to_us
+from rspush.hub.push.protocol import (
     PROTOCOL_VERSION,
     RSPUSH_NS,
     ZERO,
@@ -23,7 +23,7 @@ from hub.push.protocol import (
     parse_subscribe,
     xml_frame,
 )
-from resourcesync import (
+from rspush.resourcesync import (
     Change,
     DocumentType,
     Entry,
@@ -34,8 +34,8 @@ from resourcesync import (
     parse_w3c_datetime,
     validate,
 )
-from resourcesync.schema import schema_errors
-from resourcesync.serialiser import serialise_entry
+from rspush.resourcesync.schema import schema_errors
+from rspush.resourcesync.serialiser import serialise_entry
 
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 10, 5, tzinfo=UTC)

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from hub.rotation import RotationPolicy, Rotator
-from hub.server import RunningHub, redis_client
-from hub.store import TopicStore
-from resourcesync import Document, DocumentType, Entry, parse_document, validate
-from resourcesync.schema import schema_errors
+from rspush.hub.rotation import RotationPolicy, Rotator
+from rspush.hub.server import RunningHub, redis_client
+from rspush.hub.store import TopicStore
+from rspush.resourcesync import Document, DocumentType, Entry, parse_document, validate
+from rspush.resourcesync.schema import schema_errors
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub.conftest import HubFactory, auth, change_fragment, eventually, iso
 

@@ -25,12 +25,12 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from hub.auth import token_sha256
-from hub.embedded import EmbeddedRedis
-from hub.server import RunningHub, bind, running_hub
-from hub.settings import Settings
-from resourcesync import Document, parse_document, validate
-from resourcesync.schema import schema_errors
+from rspush.hub.auth import token_sha256
+from rspush.hub.embedded import EmbeddedRedis
+from rspush.hub.server import RunningHub, bind, running_hub
+from rspush.hub.settings import Settings
+from rspush.resourcesync import Document, parse_document, validate
+from rspush.resourcesync.schema import schema_errors
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub.conftest import (
     TOKEN_A,
@@ -281,7 +281,7 @@ def rs_hub() -> list[str]:
     script = Path(sys.executable).parent / "rs-hub"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from hub.cli import app; app()"]
+    return [sys.executable, "-c", "from rspush.hub.cli import app; app()"]
 
 
 @pytest.mark.timeout(60)

@@ -14,9 +14,9 @@ import pytest
 from pydantic import ValidationError
 from redis.crc import key_slot
 
-from hub import materialise as m
-from hub.auth import bearer, find_source, new_token, token_sha256
-from hub.ingest import (
+from rspush.hub import materialise as m
+from rspush.hub.auth import bearer, find_source, new_token, token_sha256
+from rspush.hub.ingest import (
     IngestError,
     IngestPlan,
     from_us,
@@ -25,12 +25,12 @@ from hub.ingest import (
     plan_seed,
     to_us,
 )
-from hub.keys import TopicKeys
-from hub.rotation import RotationPolicy, entries_to_close, trim_floor
-from hub.settings import Settings, Source, load_settings
-from hub.store import TopicMeta
-from resourcesync import Document, DocumentType, Severity, parse_document, validate
-from resourcesync.schema import schema_errors
+from rspush.hub.keys import TopicKeys
+from rspush.hub.rotation import RotationPolicy, entries_to_close, trim_floor
+from rspush.hub.settings import Settings, Source, load_settings
+from rspush.hub.store import TopicMeta
+from rspush.resourcesync import Document, DocumentType, Severity, parse_document, validate
+from rspush.resourcesync.schema import schema_errors
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TOLERANCE = timedelta(seconds=300)

@@ -143,7 +143,7 @@ def peak_rss_kib() -> int:
 
 
 def main(case: str) -> None:
-    from resourcesync import DocumentError, parse_document
+    from rspush.resourcesync import DocumentError, parse_document
 
     data = CASES[case]()
     outcome: dict[str, object] = {"case": case, "error": None, "message": None}

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from resourcesync import Document, DocumentType, Entry, HashValue, Link, Metadata
+from rspush.resourcesync import Document, DocumentType, Entry, HashValue, Link, Metadata
 
 T = DocumentType
 

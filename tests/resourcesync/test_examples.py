@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from resourcesync import DocumentType, Severity, parse_document, serialise, validate
-from resourcesync.schema import schema_errors
+from rspush.resourcesync import DocumentType, Severity, parse_document, serialise, validate
+from rspush.resourcesync.schema import schema_errors
 from tests.conftest import _find_spec
 
 SPEC = _find_spec()

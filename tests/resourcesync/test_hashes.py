@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resourcesync import DigestEncoding, HashValue, parse_hashes
-from resourcesync.hashes import HashSyntaxError, format_hashes
+from rspush.resourcesync import DigestEncoding, HashValue, parse_hashes
+from rspush.resourcesync.hashes import HashSyntaxError, format_hashes
 
 CONTENT = b"x1"  # its sha-256 in base64 holds both '+' and '/': base64 and base64url differ
 MD5 = hashlib.md5(CONTENT).digest()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from resourcesync import (
+from rspush.resourcesync import (
     MAX_DOCUMENT_BYTES,
     MAX_ENTRIES,
     RS_NS,
@@ -41,7 +41,7 @@ from resourcesync import (
     parse_document,
     stream_document,
 )
-from resourcesync.parser import MAX_DEPTH
+from rspush.resourcesync.parser import MAX_DEPTH
 from tests.conftest import TIMEOUT_SCALE
 
 from ._hostile_child import (

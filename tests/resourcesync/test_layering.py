@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import resourcesync
+import rspush.resourcesync as resourcesync
 
 PACKAGE = Path(resourcesync.__file__).parent
 EDGE = {"cli.py"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from resourcesync import (
+from rspush.resourcesync import (
     Document,
     Entry,
     Metadata,
@@ -15,7 +15,7 @@ from resourcesync import (
     stream_document,
     validate,
 )
-from resourcesync.models import Link
+from rspush.resourcesync.models import Link
 
 
 def change_list(n: int) -> bytes:
@@ -120,7 +120,7 @@ def test_empty_urlset_is_a_valid_open_change_list() -> None:
     document = parse_document(data)
     assert document.entries == ()
     assert validate(document) == []
-    from resourcesync.schema import schema_errors
+    from rspush.resourcesync.schema import schema_errors
 
     assert schema_errors(data) == []
     assert schema_errors(data.replace(b'from="2013-01-03T00:00:00Z"', b'from="yesterday"'))

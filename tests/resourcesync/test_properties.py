@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resourcesync import (
+from rspush.resourcesync import (
     Document,
     DocumentType,
     Entry,
@@ -22,7 +22,7 @@ from resourcesync import (
     serialise,
     validate,
 )
-from resourcesync.schema import schema_errors
+from rspush.resourcesync.schema import schema_errors
 from tests.resourcesync.strategies import ALL_TYPES, LAYOUT, documents
 
 KINDS = pytest.mark.parametrize("kind", ALL_TYPES, ids=[kind.name.lower() for kind in ALL_TYPES])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from resourcesync import (
+from rspush.resourcesync import (
     MAX_DOCUMENT_BYTES,
     MAX_ENTRIES,
     Document,
@@ -1162,7 +1162,7 @@ def _rule_ids_in(module: Any) -> set[str]:
 
 
 def test_every_rule_id_is_exercised() -> None:
-    from resourcesync import parser, validator
+    from rspush.resourcesync import parser, validator
 
     produced = _rule_ids_in(validator) | _rule_ids_in(parser)
     # Built as f"{what}-integer" for pri (length has its own literal).

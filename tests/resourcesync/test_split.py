@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resourcesync import (
+from rspush.resourcesync import (
     MAX_ENTRIES,
     Document,
     DocumentType,
@@ -20,7 +20,7 @@ from resourcesync import (
     split_entries,
     validate,
 )
-from resourcesync.schema import schema_errors
+from rspush.resourcesync.schema import schema_errors
 from tests.resourcesync.strategies import documents, uris
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resourcesync import format_w3c_datetime, parse_document, parse_w3c_datetime, validate
-from resourcesync.w3cdt import W3CDatetimeError, ensure_utc
+from rspush.resourcesync import format_w3c_datetime, parse_document, parse_w3c_datetime, validate
+from rspush.resourcesync.w3cdt import W3CDatetimeError, ensure_utc
 
 
 def utc(*args: int) -> datetime:

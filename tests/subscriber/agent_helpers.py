@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from subscriber.agent import Agent, AgentConfig
+from rspush.subscriber.agent import Agent, AgentConfig
 from tests.conftest import TIMEOUT_SCALE
 from tests.subscriber.origin import Origin
 

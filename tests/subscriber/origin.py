@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hub.server import bind
+from rspush.hub.server import bind
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub.conftest import TOKEN_A, Times, auth
 

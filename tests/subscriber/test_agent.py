@@ -9,15 +9,15 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from hub.ingest import to_us
-from hub.push.server import PushServer
-from hub.server import RunningHub, bind, running_hub
-from hub.settings import Push
-from resourcesync.w3cdt import parse_w3c_datetime
-from subscriber.agent import AgentConfig, _before_oldest
-from subscriber.api import Subscription
-from subscriber.changes import Channel, Outcome, ResourceChange
-from subscriber.filters import ChangeFilter
+from rspush.hub.ingest import to_us
+from rspush.hub.push.server import PushServer
+from rspush.hub.server import RunningHub, bind, running_hub
+from rspush.hub.settings import Push
+from rspush.resourcesync.w3cdt import parse_w3c_datetime
+from rspush.subscriber.agent import AgentConfig, _before_oldest
+from rspush.subscriber.api import Subscription
+from rspush.subscriber.changes import Channel, Outcome, ResourceChange
+from rspush.subscriber.filters import ChangeFilter
 from tests.hub import conftest as hub_fixtures
 from tests.hub.conftest import HubFactory, eventually, make_settings
 from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until

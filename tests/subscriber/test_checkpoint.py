@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from subscriber.changes import ChangeType, Channel, ResourceChange
-from subscriber.checkpoint import Checkpoint, Failure, Watermark, list_topics
-from subscriber.decide import ResourceState
-from subscriber.errors import StateLockedError, SubscriberError
+from rspush.subscriber.changes import ChangeType, Channel, ResourceChange
+from rspush.subscriber.checkpoint import Checkpoint, Failure, Watermark, list_topics
+from rspush.subscriber.decide import ResourceState
+from rspush.subscriber.errors import StateLockedError, SubscriberError
 from tests.conftest import REPO, TIMEOUT_SCALE
 
 SOURCE = "http://example.org/.well-known/resourcesync"
@@ -324,8 +324,8 @@ def _python(script: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
 TRY_OPEN = """
 import sys
 from pathlib import Path
-from subscriber.checkpoint import Checkpoint
-from subscriber.errors import StateLockedError
+from rspush.subscriber.checkpoint import Checkpoint
+from rspush.subscriber.errors import StateLockedError
 try:
     Checkpoint(Path(sys.argv[1]), "s", "t").close()
 except StateLockedError as exc:
@@ -337,7 +337,7 @@ else:
 HOLD_OPEN = """
 import sys
 from pathlib import Path
-from subscriber.checkpoint import Checkpoint
+from rspush.subscriber.checkpoint import Checkpoint
 with Checkpoint(Path(sys.argv[1]), "s", "t"):
     print("holding", flush=True)
     sys.stdin.readline()

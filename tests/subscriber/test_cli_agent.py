@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hub.server import RunningHub
+from rspush.hub.server import RunningHub
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub import conftest as hub_fixtures
 from tests.subscriber.agent_helpers import mirror_files

@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hub.push.protocol import PUSH_REL
-from hub.server import RunningHub, bind
-from subscriber.discovery import (
+from rspush.hub.push.protocol import PUSH_REL
+from rspush.hub.server import RunningHub, bind
+from rspush.subscriber.discovery import (
     MAX_DISCOVERY_BYTES,
     MAX_HOPS,
     DiscoveryError,
@@ -28,7 +28,12 @@ from subscriber.discovery import (
     discover,
     source_base_uri,
 )
-from subscriber.links import html_resourcesync_links, parse_links, robots_sitemaps, topic_name
+from rspush.subscriber.links import (
+    html_resourcesync_links,
+    parse_links,
+    robots_sitemaps,
+    topic_name,
+)
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub import conftest as hub_fixtures
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from resourcesync import Entry, Metadata
-from subscriber.dump import (
+from rspush.resourcesync import Entry, Metadata
+from rspush.subscriber.dump import (
     CHUNK_BYTES,
     DumpError,
     DumpMember,

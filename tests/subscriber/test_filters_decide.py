@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from resourcesync import Link
-from resourcesync.hashes import parse_hashes
-from subscriber.backoff import Backoff
-from subscriber.changes import ChangeType, Channel, ResourceChange
-from subscriber.decide import Decision, ResourceState, decide
-from subscriber.fetch import check
-from subscriber.filters import ChangeFilter
+from rspush.resourcesync import Link
+from rspush.resourcesync.hashes import parse_hashes
+from rspush.subscriber.backoff import Backoff
+from rspush.subscriber.changes import ChangeType, Channel, ResourceChange
+from rspush.subscriber.decide import Decision, ResourceState, decide
+from rspush.subscriber.fetch import check
+from rspush.subscriber.filters import ChangeFilter
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 URI = "http://example.org/data/a.xml"

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from subscriber.errors import SubscriberError, UnmappedURIError
-from subscriber.mapping import INDEX_NAME, STATE_DIR, UriMap
+from rspush.subscriber.errors import SubscriberError, UnmappedURIError
+from rspush.subscriber.mapping import INDEX_NAME, STATE_DIR, UriMap
 
 P = PurePosixPath
 SITE = "http://example.org/"

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from resourcesync import Link
-from resourcesync.hashes import parse_hashes
-from subscriber.appliers import Applier, ApplyError
-from subscriber.changes import ChangeType, Channel, ResourceChange
-from subscriber.checkpoint import Checkpoint, Watermark
-from subscriber.fetch import Fetched
-from subscriber.filters import ChangeFilter
-from subscriber.mapping import UriMap
-from subscriber.mirror import Mirror
+from rspush.resourcesync import Link
+from rspush.resourcesync.hashes import parse_hashes
+from rspush.subscriber.appliers import Applier, ApplyError
+from rspush.subscriber.changes import ChangeType, Channel, ResourceChange
+from rspush.subscriber.checkpoint import Checkpoint, Watermark
+from rspush.subscriber.fetch import Fetched
+from rspush.subscriber.filters import ChangeFilter
+from rspush.subscriber.mapping import UriMap
+from rspush.subscriber.mirror import Mirror
 from tests.conftest import TIMEOUT_SCALE
 
 SITE = "http://example.org/"

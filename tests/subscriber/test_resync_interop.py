@@ -37,9 +37,9 @@ import pytest
 from resync import ChangeList, ResourceList
 from resync.hashes import Hashes
 
-from hub.server import RunningHub
-from resourcesync import MAX_ENTRIES, parse_document
-from subscriber.agent import AgentConfig
+from rspush.hub.server import RunningHub
+from rspush.resourcesync import MAX_ENTRIES, parse_document
+from rspush.subscriber.agent import AgentConfig
 from tests.conftest import TIMEOUT_SCALE
 from tests.hub import conftest as hub_fixtures
 from tests.hub.conftest import HubFactory, eventually

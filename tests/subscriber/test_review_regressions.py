@@ -31,14 +31,14 @@ from starlette.responses import Response
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from resourcesync.w3cdt import parse_w3c_datetime
-from subscriber.agent import Agent, AgentConfig
-from subscriber.appliers import FilesystemApplier
-from subscriber.changes import ChangeType, Channel, ResourceChange
-from subscriber.checkpoint import Checkpoint
-from subscriber.errors import UnmappedURIError
-from subscriber.mapping import UriMap
-from subscriber.mirror import Mirror
+from rspush.resourcesync.w3cdt import parse_w3c_datetime
+from rspush.subscriber.agent import Agent, AgentConfig
+from rspush.subscriber.appliers import FilesystemApplier
+from rspush.subscriber.changes import ChangeType, Channel, ResourceChange
+from rspush.subscriber.checkpoint import Checkpoint
+from rspush.subscriber.errors import UnmappedURIError
+from rspush.subscriber.mapping import UriMap
+from rspush.subscriber.mirror import Mirror
 from tests.conftest import TIMEOUT_SCALE
 from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
 from tests.subscriber.origin import Origin, running_origin

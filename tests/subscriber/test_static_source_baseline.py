@@ -9,8 +9,8 @@ import io
 import zipfile
 from pathlib import Path
 
-from subscriber.agent import Agent, AgentConfig
-from subscriber.checkpoint import list_topics
+from rspush.subscriber.agent import Agent, AgentConfig
+from rspush.subscriber.checkpoint import list_topics
 from tests.subscriber.agent_helpers import mirror_files
 from tests.subscriber.origin import Origin, running_origin
 

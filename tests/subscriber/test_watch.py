@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hub.server import RunningHub, bind, running_hub
-from hub.settings import Subscriber, Topic
+from rspush.hub.server import RunningHub, bind, running_hub
+from rspush.hub.settings import Subscriber, Topic
 from tests.hub import conftest as hub_fixtures
 from tests.hub.conftest import Times as SharedTimes
 from tests.hub.conftest import auth, change_fragment, make_settings

@@ -3,7 +3,7 @@
 No I/O here (``resourcesync.cli`` is the one edge): functions take bytes or models and return
 bytes, models or violations.
 
->>> from resourcesync import parse_document, validate, serialise
+>>> from rspush.resourcesync import parse_document, validate, serialise
 >>> doc = parse_document(data)          # raises DocumentError for unusable input
 >>> [str(v) for v in validate(doc)]     # every rule violation, with entry and section
 >>> serialise(doc)                      # XSD-valid XML bytes

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from resourcesync import Capability, Document
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync import Capability, Document
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .changes import Channel, ResourceChange, from_entry
 from .errors import SourceError

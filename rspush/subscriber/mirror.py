@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .appliers import Applier, ApplyError
 from .changes import ChangeType, Channel, Outcome, ResourceChange

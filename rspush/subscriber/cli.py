@@ -22,8 +22,8 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from hub.push.protocol import ProtocolError, TopicRequest
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.hub.push.protocol import ProtocolError, TopicRequest
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .agent import Agent, AgentConfig
 from .appliers import ExecApplier

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from resourcesync.hashes import DigestEncoding
+from rspush.resourcesync.hashes import DigestEncoding
 
 from .changes import ResourceChange
 from .errors import FetchError, SupersededError, VerificationError

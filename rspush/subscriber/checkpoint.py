@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 
-from resourcesync.hashes import HashSyntaxError, parse_hashes
+from rspush.resourcesync.hashes import HashSyntaxError, parse_hashes
 
 from .changes import ChangeType, Channel, ResourceChange
 from .decide import ResourceState

@@ -12,9 +12,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from resourcesync import Entry, Link
-from resourcesync.hashes import HashSyntaxError, HashValue, format_hashes, parse_hashes
-from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+from rspush.resourcesync import Entry, Link
+from rspush.resourcesync.hashes import HashSyntaxError, HashValue, format_hashes, parse_hashes
+from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 
 class Channel(StrEnum):

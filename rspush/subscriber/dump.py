@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-from resourcesync import DocumentError, DocumentType, Entry, parse_chunks
-from resourcesync.namespaces import MAX_DOCUMENT_BYTES
+from rspush.resourcesync import DocumentError, DocumentType, Entry, parse_chunks
+from rspush.resourcesync.namespaces import MAX_DOCUMENT_BYTES
 
 from .errors import SourceError
 

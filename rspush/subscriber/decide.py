@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from resourcesync.hashes import HashValue, parse_hashes
+from rspush.resourcesync.hashes import HashValue, parse_hashes
 
 from .changes import ChangeType, ResourceChange
 

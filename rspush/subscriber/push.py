@@ -14,9 +14,9 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from hub.push.protocol import PROTOCOL_VERSION, RSPUSH_NS, CloseCode, TopicRequest
-from resourcesync import DocumentError, parse_document
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.hub.push.protocol import PROTOCOL_VERSION, RSPUSH_NS, CloseCode, TopicRequest
+from rspush.resourcesync import DocumentError, parse_document
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 
 class PushError(Exception):

@@ -34,8 +34,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from hub.push.protocol import PUSH_REL
-from resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
+from rspush.hub.push.protocol import PUSH_REL
+from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
 from .links import (
     RESOURCESYNC_REL,

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from ..auth import token_sha256
 from ..ingest import from_us, to_us

@@ -7,8 +7,10 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from .settings import Source
+if TYPE_CHECKING:  # `rs-hub token new` runs without the hub's server dependencies
+    from .settings import Source
 
 TOKEN_BYTES = 32
 

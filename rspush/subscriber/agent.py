@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from hub.push.protocol import Position, TopicRequest
-from resourcesync import Capability
-from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+from rspush.hub.push.protocol import Position, TopicRequest
+from rspush.resourcesync import Capability
+from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 from .appliers import Applier, FilesystemApplier, NullApplier
 from .backoff import Backoff

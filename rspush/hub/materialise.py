@@ -25,9 +25,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from resourcesync import Capability, Document, Entry, Link, Metadata, split_entries
-from resourcesync.namespaces import MAX_ENTRIES
-from resourcesync.serialiser import serialise, serialise_head, serialise_tail
+from rspush.resourcesync import Capability, Document, Entry, Link, Metadata, split_entries
+from rspush.resourcesync.namespaces import MAX_ENTRIES
+from rspush.resourcesync.serialiser import serialise, serialise_head, serialise_tail
 
 from .ingest import from_us
 from .push.protocol import PUSH_REL

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from resourcesync import Capability, Document, Entry
+from rspush.resourcesync import Capability, Document, Entry
 
 from .changes import Channel, ResourceChange, from_entry
 from .dump import PACKAGE_ERRORS, DumpError, extract_member, open_package, read_manifest

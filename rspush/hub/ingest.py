@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from resourcesync import (
+from rspush.resourcesync import (
     Capability,
     Change,
     Document,
@@ -36,8 +36,8 @@ from resourcesync import (
     parse_document,
     validate,
 )
-from resourcesync.serialiser import serialise_entry
-from resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync.serialiser import serialise_entry
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 CHANGE_CAPABILITIES = frozenset(
     {

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from resourcesync.namespaces import RS_NS, SITEMAP_NS
-from resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
+from rspush.resourcesync.namespaces import RS_NS, SITEMAP_NS
+from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 PROTOCOL_VERSION = 1
 # Link relation advertising the WebSocket endpoint (a URI, as RFC 8288 §2.1.2 allows for

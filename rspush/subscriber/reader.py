@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from resourcesync import Document, DocumentError, parse_document
-from resourcesync.namespaces import MAX_DOCUMENT_BYTES
+from rspush.resourcesync import Document, DocumentError, parse_document
+from rspush.resourcesync.namespaces import MAX_DOCUMENT_BYTES
 
 from .errors import SourceError
 

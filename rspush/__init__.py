@@ -1,0 +1,13 @@
+"""rspush: ResourceSync with push.
+
+The packages, in the order data flows through them (each imports only those above it):
+
+- ``rspush.resourcesync``: the document layer, I/O-free (models, the hardened parser, the
+  serialiser, the validator) and ``rs-validate``.
+- ``rspush.protocol``: the push contract both ends share, sans-I/O.
+- ``rspush.hub``: the service (ingest, the Redis store, push, materialised documents, HTTP
+  edge, ``rs-hub``, ``rs-publish``); needs the ``hub`` extra.
+- ``rspush.subscriber``: ``rs-subscribe``, the Destination agent.
+
+The hub and the subscriber never import each other.
+"""
