@@ -32,9 +32,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rspush.resourcesync.w3cdt import to_us
+
 from .auth import bearer, find_source
 from .documents import DocumentService, NotFound, Served
-from .ingest import IngestError, parse_fragment, plan_changes, plan_seed, to_us
+from .ingest import IngestError, parse_fragment, plan_changes, plan_seed
 from .materialise import Urls
 from .metrics import HubMetrics
 from .push.protocol import PUSH_REL

@@ -11,8 +11,9 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
+from rspush.resourcesync.w3cdt import from_us
+
 from . import materialise as m
-from .ingest import from_us
 from .store import TopicStore
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from rspush.resourcesync import (
     Capability,
@@ -37,7 +37,7 @@ from rspush.resourcesync import (
     validate,
 )
 from rspush.resourcesync.serialiser import serialise_entry
-from rspush.resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync.w3cdt import format_w3c_datetime, to_us
 
 CHANGE_CAPABILITIES = frozenset(
     {
@@ -110,19 +110,6 @@ class SeedPlan:
 
     at_us: int
     state: dict[str, str]
-
-
-def to_us(moment: datetime) -> int:
-    """Microseconds since the Unix epoch (exact: no float rounding)."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def from_us(value: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=value)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_fragment(body: bytes, *, max_bytes: int) -> Document:

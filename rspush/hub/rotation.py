@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .ingest import from_us, to_us
+from rspush.resourcesync.w3cdt import from_us, to_us
+
 from .materialise import Urls, change_list
 from .store import ClosedList, StreamEntry, TopicMeta, TopicStore
 

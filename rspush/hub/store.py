@@ -16,7 +16,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .ingest import IngestError, IngestPlan, SeedPlan, from_us
+from rspush.resourcesync.w3cdt import from_us
+
+from .ingest import IngestError, IngestPlan, SeedPlan
 from .keys import TopicKeys
 
 # Last-Modified of the documents: the Redis server's clock, the same for every hub process.

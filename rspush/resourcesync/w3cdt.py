@@ -105,3 +105,18 @@ def ensure_utc(moment: datetime) -> datetime:
         return moment.astimezone(UTC)
     except OverflowError as exc:
         raise W3CDatetimeError(f"{moment!r} is outside the representable range") from exc
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_us(moment: datetime) -> int:
+    """Microseconds since the Unix epoch, exact (no float rounding): how the hub's store and
+    the agent's checkpoint keep change times as integers that sort like the times."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(value: int) -> datetime:
+    """The UTC datetime ``value`` microseconds after the Unix epoch (inverse of :func:`to_us`)."""
+    return _EPOCH + timedelta(microseconds=value)

@@ -17,11 +17,12 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
 from rspush.resourcesync.hashes import HashSyntaxError, parse_hashes
+from rspush.resourcesync.w3cdt import from_us, to_us
 
 from .changes import ChangeType, Channel, ResourceChange
 from .decide import ResourceState
@@ -52,18 +53,6 @@ _FAILURE_COLUMNS = {
     "retryable": "INTEGER NOT NULL DEFAULT 1",
     "tries": "INTEGER NOT NULL DEFAULT 1",
 }
-
-
-def _us(moment: datetime) -> int:
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _time(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=us)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +138,9 @@ class Checkpoint:
         return TopicState(
             self.source,
             self.topic,
-            Watermark(epoch, position, None if last_us is None else _time(last_us)),
-            None if baseline_us is None else _time(baseline_us),
-            None if updated_us is None else _time(updated_us),
+            Watermark(epoch, position, None if last_us is None else from_us(last_us)),
+            None if baseline_us is None else from_us(baseline_us),
+            None if updated_us is None else from_us(updated_us),
         )
 
     def resource(self, uri: str) -> ResourceState | None:
@@ -162,7 +151,7 @@ class Checkpoint:
         ).fetchone()
         if row is None:
             return None
-        return ResourceState(uri, _time(row[0]), row[1], row[2], row[3], row[4])
+        return ResourceState(uri, from_us(row[0]), row[1], row[2], row[3], row[4])
 
     def resources(self) -> Iterator[ResourceState]:
         """Every resource the mirror holds (tombstones left out), by URI."""
@@ -171,11 +160,11 @@ class Checkpoint:
             "WHERE source = ? AND topic = ? AND change != 'deleted' ORDER BY uri",
             (self.source, self.topic),
         ):
-            yield ResourceState(uri, _time(time_us), change, length, hash_, path)
+            yield ResourceState(uri, from_us(time_us), change, length, hash_, path)
 
     def failures(self) -> list[Failure]:
         return [
-            Failure(uri, _time(t), change, reason)
+            Failure(uri, from_us(t), change, reason)
             for uri, t, change, reason in self._db.execute(
                 "SELECT uri, time_us, change, reason FROM failures "
                 "WHERE source = ? AND topic = ? ORDER BY uri",
@@ -203,7 +192,7 @@ class Checkpoint:
                         self.source,
                         self.topic,
                         state.uri,
-                        _us(state.time),
+                        to_us(state.time),
                         state.change,
                         state.length,
                         state.hash,
@@ -213,7 +202,7 @@ class Checkpoint:
                 self._db.execute(
                     "DELETE FROM failures WHERE source = ? AND topic = ? AND uri = ? "
                     "AND time_us <= ?",
-                    (self.source, self.topic, change.uri, _us(change.time)),
+                    (self.source, self.topic, change.uri, to_us(change.time)),
                 )
             if watermark is not None:
                 self._set_watermark(watermark, now)
@@ -243,10 +232,10 @@ class Checkpoint:
                     self.source,
                     self.topic,
                     change.uri,
-                    _us(change.time),
+                    to_us(change.time),
                     str(change.change),
                     reason,
-                    _us(now),
+                    to_us(now),
                     change.length,
                     hash_text,
                     int(retryable),
@@ -271,7 +260,7 @@ class Checkpoint:
                 hashes = ()
             retries.append(
                 ResourceChange(
-                    uri, ChangeType(change), _time(time_us), Channel.RETRY, length, hashes
+                    uri, ChangeType(change), from_us(time_us), Channel.RETRY, length, hashes
                 )
             )
         return retries
@@ -289,7 +278,7 @@ class Checkpoint:
                 "INSERT INTO topics (source, topic, updated_us) VALUES (?, ?, ?) "
                 "ON CONFLICT (source, topic) DO UPDATE SET epoch = NULL, position = NULL, "
                 "last_time_us = NULL, baseline_at_us = NULL, updated_us = excluded.updated_us",
-                (self.source, self.topic, _us(now)),
+                (self.source, self.topic, to_us(now)),
             )
 
     def finish_baseline(self, at: datetime, watermark: Watermark, *, now: datetime) -> None:
@@ -297,7 +286,7 @@ class Checkpoint:
             self._set_watermark(watermark, now)
             self._db.execute(
                 "UPDATE topics SET baseline_at_us = ? WHERE source = ? AND topic = ?",
-                (_us(at), self.source, self.topic),
+                (to_us(at), self.source, self.topic),
             )
 
     def clear_failure(self, uri: str) -> None:
@@ -315,13 +304,13 @@ class Checkpoint:
             )
 
     def _set_watermark(self, watermark: Watermark, now: datetime) -> None:
-        last = None if watermark.last_time is None else _us(watermark.last_time)
+        last = None if watermark.last_time is None else to_us(watermark.last_time)
         self._db.execute(
             "INSERT INTO topics (source, topic, epoch, position, last_time_us, updated_us) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (source, topic) DO UPDATE SET "
             "epoch = excluded.epoch, position = excluded.position, "
             "last_time_us = excluded.last_time_us, updated_us = excluded.updated_us",
-            (self.source, self.topic, watermark.epoch, watermark.position, last, _us(now)),
+            (self.source, self.topic, watermark.epoch, watermark.position, last, to_us(now)),
         )
 
     # --- group commit ----------------------------------------------------------------------
@@ -387,9 +376,9 @@ def list_topics(path: Path) -> list[tuple[TopicState, dict[str, int]]]:
             state = TopicState(
                 source,
                 topic,
-                Watermark(epoch, position, None if last is None else _time(last)),
-                None if base is None else _time(base),
-                None if upd is None else _time(upd),
+                Watermark(epoch, position, None if last is None else from_us(last)),
+                None if base is None else from_us(base),
+                None if upd is None else from_us(upd),
             )
             held, tombstones = db.execute(
                 "SELECT coalesce(sum(change != 'deleted'), 0), "
@@ -420,7 +409,7 @@ def recent_failures(path: Path, source: str, topic: str, limit: int = 20) -> lis
         ).fetchall()
     finally:
         db.close()
-    return [Failure(uri, _time(t), change, reason) for uri, t, change, reason in rows]
+    return [Failure(uri, from_us(t), change, reason) for uri, t, change, reason in rows]
 
 
 def _lock(path: Path) -> int:

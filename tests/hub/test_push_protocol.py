@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rspush.hub.ingest import change_json, to_us
+from rspush.hub.ingest import change_json
 from rspush.hub.push.protocol import (
     PROTOCOL_VERSION,
     RSPUSH_NS,
@@ -36,6 +36,7 @@ from rspush.resourcesync import (
 )
 from rspush.resourcesync.schema import schema_errors
 from rspush.resourcesync.serialiser import serialise_entry
+from rspush.resourcesync.w3cdt import to_us
 
 T0 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 10, 5, tzinfo=UTC)

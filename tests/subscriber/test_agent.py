@@ -9,11 +9,10 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from rspush.hub.ingest import to_us
 from rspush.hub.push.server import PushServer
 from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Push
-from rspush.resourcesync.w3cdt import parse_w3c_datetime
+from rspush.resourcesync.w3cdt import parse_w3c_datetime, to_us
 from rspush.subscriber.agent import AgentConfig, _before_oldest
 from rspush.subscriber.api import Subscription
 from rspush.subscriber.changes import Channel, Outcome, ResourceChange

@@ -25,7 +25,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, broadcast
 
-from ..ingest import from_us
+from rspush.resourcesync.w3cdt import from_us
+
 from ..keys import TopicKeys
 from ..rotation import cancel_and_wait
 from .protocol import (

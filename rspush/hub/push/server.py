@@ -22,10 +22,9 @@ from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from rspush.resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us, to_us
 
 from ..auth import token_sha256
-from ..ingest import from_us, to_us
 from ..keys import TopicKeys
 from ..materialise import Urls
 from ..settings import Settings
