@@ -19,11 +19,9 @@ from rspush.hub.auth import bearer, find_source, new_token, token_sha256
 from rspush.hub.ingest import (
     IngestError,
     IngestPlan,
-    from_us,
     parse_fragment,
     plan_changes,
     plan_seed,
-    to_us,
 )
 from rspush.hub.keys import TopicKeys
 from rspush.hub.rotation import RotationPolicy, entries_to_close, trim_floor
@@ -31,6 +29,7 @@ from rspush.hub.settings import Settings, Source, load_settings
 from rspush.hub.store import TopicMeta
 from rspush.resourcesync import Document, DocumentType, Severity, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
+from rspush.resourcesync.w3cdt import from_us, to_us
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TOLERANCE = timedelta(seconds=300)
