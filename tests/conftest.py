@@ -1,6 +1,6 @@
 """Shared test configuration.
 
-``RSPUSH_TIMEOUT_SCALE`` multiplies condition-wait timeouts on slow machines (house style §16).
+``RSPUSH_TIMEOUT_SCALE`` multiplies condition-wait timeouts on slow machines.
 """
 
 from __future__ import annotations

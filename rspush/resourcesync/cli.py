@@ -1,7 +1,7 @@
 """``rs-validate``: check ResourceSync documents from files, URLs or standard input.
 
 This module is the document layer's only I/O edge (reading files and fetching URLs); the
-rest of :mod:`resourcesync` takes and returns bytes and values.
+rest of :mod:`rspush.resourcesync` takes and returns bytes and values.
 
 Exit status: 0 all documents valid, 1 any invalid (or unreadable as ResourceSync), 2 usage or
 I/O errors (missing file, network failure).

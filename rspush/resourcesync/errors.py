@@ -19,7 +19,7 @@ from __future__ import annotations
 
 
 class ResourceSyncError(Exception):
-    """Root of every exception raised by :mod:`resourcesync`."""
+    """Root of every exception raised by :mod:`rspush.resourcesync`."""
 
 
 class DocumentError(ResourceSyncError):

@@ -3,8 +3,8 @@
 Every document is a Sitemap (``<urlset>``) or Sitemap index (``<sitemapindex>``) with one
 document-level ``rs:md``, any number of document-level ``rs:ln`` and a list of entries
 (``<url>``/``<sitemap>``). The ``capability`` and the root element together name the document
-type (:class:`DocumentType`). Models never parse or fetch; :mod:`resourcesync.parser` builds
-them from bytes, :mod:`resourcesync.serialiser` writes them back.
+type (:class:`DocumentType`). Models never parse or fetch; :mod:`rspush.resourcesync.parser` builds
+them from bytes, :mod:`rspush.resourcesync.serialiser` writes them back.
 """
 
 from __future__ import annotations

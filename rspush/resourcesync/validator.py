@@ -20,6 +20,9 @@ Severity: a broken MUST is an ``error``, a SHOULD/recommended is a ``warning``. 
 reported as a warning on purpose: the ``up`` link, which the spec's own walkthrough examples
 (§1.3, Examples 1–5 and 8) leave out and which only aids navigation; ``rs-validate --strict``
 counts warnings as failures.
+
+Why one module of this size: the rules are small functions that share the Appendix A tables
+and one pass over the entries (split, they would each walk the entries again).
 """
 
 from __future__ import annotations

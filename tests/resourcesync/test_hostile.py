@@ -1,4 +1,4 @@
-"""Hostile input against the one hardened XML entry point (house style §2).
+"""Hostile input against the one hardened XML entry point.
 
 Every hostile document must end in the specific :class:`~resourcesync.errors.DocumentError`
 subclass with a message a user can act on, in bounded time (``pytest.mark.timeout``) and

@@ -1,4 +1,4 @@
-"""The document layer stays I/O-free (house style §1): only the CLI edge may touch the
+"""The document layer stays I/O-free: only the CLI edge may touch the
 network, processes or event loops."""
 
 from __future__ import annotations
