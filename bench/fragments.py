@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from datetime import datetime
+
+
+def w3c(moment: datetime) -> str:
+    """A UTC ``datetime`` as the W3C datetime the fragments carry, always with microseconds."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def change_fragment(entries: Iterable[tuple[int, str]], *, distinct: int) -> bytes:
