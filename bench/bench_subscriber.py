@@ -232,7 +232,7 @@ async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
 
 
 def resource_list(entries: Iterable[tuple[str, bytes]], at: datetime) -> bytes:
-    """A Resource List (§10) of (URI, bytes): lastmod, md5, length and type per resource."""
+    """A Resource List (Z39.99 §10) of (URI, bytes): lastmod, md5, length and type per resource."""
     lastmod = format_w3c_datetime(at - timedelta(seconds=1))
     urls = "".join(
         f"<url><loc>{uri}</loc><lastmod>{lastmod}</lastmod>"
@@ -475,8 +475,9 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
 
     config = env.config(topic, "catchup-mirror", fetch=False, maps=[(CATCHUP_URIS, "")])
     # Change 0, then a baseline: the checkpoint's watermark is change 0's time. (With no
-    # change before the baseline the agent could not catch up at all: the first list's
-    # `from` would be after the baseline's `at` — see the report.)
+    # change before the baseline the first list's `from` would be after the baseline's `at`
+    # and the agent would not catch up from the archive at all: see "Catch-up" in
+    # docs/subscriber.md.)
     await env.post(topic, fragment(0, 1))
     await Agent(config, applier=NullApplier(), reporter=TimingReporter()).run(baseline_only=True)
     log("catch-up: posting %d changes", total - 1)
