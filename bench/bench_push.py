@@ -192,7 +192,7 @@ class Bench:
 
     async def warm_up(self) -> tuple[bytes, list[float]]:
         """One client, one change: warms the hub and captures its one-change frame. Then the
-        round trip of 10-change POSTs with httpx, an ordinary client (see Poster)."""
+        round trip of 10-change POSTs with httpx, an ordinary client (see harness.hub.Poster)."""
         async with connect(self.push_url, compression=None, proxy=None) as ws:
             await ws.send('{"type":"subscribe","topics":[{"topic":"warm"}]}')
             await ws.recv()

@@ -75,17 +75,13 @@ from rspush.subscriber.agent import Agent, AgentConfig
 from rspush.subscriber.appliers import NullApplier
 from rspush.subscriber.push import Change, PushError, push_changes
 
-from .fragments import change_fragment
+from .fragments import change_fragment, one_change, resource_list
 from .harness.hub import AUTH, Hub, metric, start_hub
 from .harness.results import command_line, git_state, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import Cpu, HelperProcess, children, until
 
 TOPICS = ("latency", "catchup", "baseline")
-XMLNS = (
-    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
-)
 CATCHUP_URIS = "http://example.com/"  # change_fragment's locs; metadata-only, never fetched
 Key = tuple[str, datetime]
 """A change: (URI, change time). Every change the bench posts has its own."""
@@ -229,32 +225,6 @@ async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
         async with asyncio.timeout(30):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def resource_list(entries: Iterable[tuple[str, bytes]], at: datetime) -> bytes:
-    """A Resource List (Z39.99 §10) of (URI, bytes): lastmod, md5, length and type per resource."""
-    lastmod = format_w3c_datetime(at - timedelta(seconds=1))
-    urls = "".join(
-        f"<url><loc>{uri}</loc><lastmod>{lastmod}</lastmod>"
-        f'<rs:md hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
-        f'type="application/octet-stream"/></url>'
-        for uri, body in entries
-    )
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
-        f'<rs:md capability="resourcelist" at="{format_w3c_datetime(at)}"/>{urls}</urlset>'
-    ).encode()
-
-
-def one_change(uri: str, change: str, when: datetime, body: bytes) -> bytes:
-    """A one-change fragment, as a Source sends it: datetime, md5, length, type."""
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
-        f'<rs:md capability="changelist"/><url><loc>{uri}</loc>'
-        f'<rs:md change="{change}" datetime="{format_w3c_datetime(when)}" '
-        f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
-        f'type="application/octet-stream"/></url></urlset>'
-    ).encode()
 
 
 @dataclass
