@@ -1,4 +1,4 @@
-"""Benchmark of the document layer (issue 2): parse, validate and serialise a Change List.
+"""Benchmark of the document layer: parse, validate and serialise a Change List.
 
 Run from the repository root::
 
@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import gc
 import hashlib
-import json
 import os
 import platform
 import random
@@ -59,6 +58,8 @@ from rspush.resourcesync import (
 )
 from rspush.resourcesync.parser import CHUNK_BYTES, _new_parser
 from rspush.resourcesync.schema import schema_errors
+
+from .harness.results import write_json
 
 SEED = 20240601
 BASE = "https://data.example.org"
@@ -360,12 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             "figures": figures,
             "results": [asdict(r) for r in results],
         }
-        text = json.dumps(payload, indent=2) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as out:
-                out.write(text)
+        write_json(args.json, payload)
     return 0
 
 

@@ -20,14 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -37,72 +32,18 @@ import httpx
 import lxml
 from lxml import etree
 
-from .fragments import change_fragment
-
-TOKEN = "bench-token"
+from .fragments import change_fragment, w3c
+from .harness.hub import AUTH, start_hub
+from .harness.results import write_json
+from .harness.system import wait_until
 
 
 def fragment(start: datetime, index: int, count: int, step: timedelta) -> bytes:
     numbers = range(index * count, (index + 1) * count)
     return change_fragment(
-        ((n, (start + step * n).strftime("%Y-%m-%dT%H:%M:%S.%fZ")) for n in numbers),
+        ((n, w3c(start + step * n)) for n in numbers),
         distinct=50_000,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_hub(workdir: Path, port: int, topic_names: list[str]) -> subprocess.Popen[bytes]:
-    config = workdir / "hub.toml"
-    topics = "".join(f'[[topics]]\nname = "{name}"\n' for name in topic_names)
-    names = ", ".join(f'"{name}"' for name in topic_names)
-    config.write_text(
-        f"""
-[hub]
-base_url = "http://127.0.0.1:{port}"
-{topics}
-[[sources]]
-name = "bench"
-token_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"
-topics = [{names}]
-[limits]
-changelist_max_entries = 50000
-changelist_max_age_s = 86400
-max_entries_per_request = 50000
-max_body_bytes = 52428800
-"""
-    )
-    hub = Path(sys.executable).parent / "rs-hub"
-    process = subprocess.Popen(
-        [
-            str(hub),
-            "serve",
-            "--config",
-            str(config),
-            "--port",
-            str(port),
-            "--data-dir",
-            str(workdir / "data"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None:
-            raise RuntimeError("hub exited during startup")
-        time.sleep(0.05)
-    process.terminate()
-    raise RuntimeError("hub not ready after 30 s")
 
 
 def bare_parse(bodies: list[bytes], repeat: int) -> float:
@@ -119,13 +60,12 @@ async def ingest(base: str, bodies: list[bytes], posters: int) -> tuple[float, l
     """Poster p posts bodies p, p+P, p+2P… to topic bench{p}, in order (so its own change
     times increase); the posters run concurrently."""
     latencies: list[float] = []
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/xml"}
 
     async def poster(client: httpx.AsyncClient, number: int) -> None:
         for body in bodies[number::posters]:
             started = time.perf_counter()
             reply = await client.post(
-                f"{base}/topics/bench{number}/changes", content=body, headers=headers
+                f"{base}/topics/bench{number}/changes", content=body, headers=AUTH
             )
             latencies.append(time.perf_counter() - started)
             if reply.status_code != 202:
@@ -150,19 +90,15 @@ def ingest_fill(base: str, start: datetime, total: int, *, offset: int = 0) -> N
             reply = client.post(
                 f"{base}/topics/bench0/changes",
                 content=body,
-                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/xml"},
+                headers=AUTH,
             )
             if reply.status_code != 202:
                 raise RuntimeError(f"fill failed: {reply.status_code} {reply.text[:300]}")
 
 
 def wait_for(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
     with httpx.Client(timeout=30) as client:
-        while client.get(url).status_code != 200:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not appear")
-            time.sleep(0.1)
+        wait_until(lambda: client.get(url).status_code == 200, url, timeout, interval=0.1)
 
 
 def serve_times(url: str, repeat: int) -> dict[str, float]:
@@ -208,9 +144,8 @@ def main() -> None:
     parse_s = bare_parse(bodies, args.repeat)
 
     with tempfile.TemporaryDirectory(prefix="rspush-bench-") as tmp:
-        port = free_port()
-        hub = start_hub(Path(tmp), port, [f"bench{p}" for p in range(args.posters)])
-        base = f"http://127.0.0.1:{port}"
+        hub = start_hub(Path(tmp), [f"bench{p}" for p in range(args.posters)])
+        base = hub.base
         try:
             wall, latencies = asyncio.run(ingest(base, bodies, args.posters))
             # Serving figures on topic bench0: top it up to 50,000 changes, which closes its
@@ -224,8 +159,7 @@ def main() -> None:
             cl = serve_times(f"{base}/topics/bench0/changelist.xml", args.repeat)
             rl = serve_times(f"{base}/topics/bench0/resourcelist.xml", args.repeat)
         finally:
-            hub.terminate()
-            hub.wait(timeout=30)
+            hub.stop()
 
     results = {
         "python": platform.python_version(),
@@ -269,7 +203,7 @@ def main() -> None:
             f"304 median {served['conditional_median_ms']:.1f} ms"
         )
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 Starts a real hub (``rs-hub serve``, its own process, embedded valkey-server, Change Lists
 closed every ``--list-entries`` changes, stream retention 0) and a loopback HTTP origin (its
 own process: a Starlette app on uvicorn that serves what the bench PUTs), both on 127.0.0.1.
-The agent (:class:`subscriber.agent.Agent`), the poster and every baseline run in this
+The agent (:class:`rspush.subscriber.agent.Agent`), the poster and every baseline run in this
 process, on one event loop. Three figures, each beside a baseline measured in the same run:
 
 1. **Change -> file latency over push.** The agent follows topic ``latency`` by push. A poster
@@ -14,7 +14,7 @@ process, on one event loop. Three figures, each beside a baseline measured in th
    bytes of a resource on the origin, then (clock starts) POSTs the one-change fragment to
    the hub. Agent latency = arrival of the agent's ``applied`` event (the file renamed into
    the mirror, the checkpoint committed) - clock start. Baseline: a bare
-   :func:`subscriber.push.push_changes` client on the same topic, same loop: push receive -
+   :func:`rspush.subscriber.push.push_changes` client on the same topic, same loop: push receive -
    clock start. The difference per change is what the agent adds (fetch + verify + write +
    checkpoint). Cross-checks: at every ``--sample-every``-th event the callback reads the
    file back (it must hold the new bytes); for the same changes a task polls the file on disk
@@ -25,7 +25,7 @@ process, on one event loop. Three figures, each beside a baseline measured in th
    the open list) and the hub trims its stream. The agent started again asks the push
    channel to resume, is told history is insufficient, and catches up from the Change List
    Archive: the figure is changes/s over its ``catch-up`` phase. Baseline: the same list
-   bytes (GET from the hub) parsed with ``resourcesync.parse_document`` and with bare
+   bytes (GET from the hub) parsed with ``rspush.resourcesync.parse_document`` and with bare
    ``lxml.etree.fromstring`` (median of 3).
 3. **Baseline rate** from the origin: ``--resources`` resources of ``--size`` bytes, seeded
    on the hub as a Resource List (``POST /topics/baseline/baseline``); an agent baselines
@@ -52,9 +52,7 @@ import json
 import logging
 import os
 import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,35 +75,22 @@ from rspush.subscriber.agent import Agent, AgentConfig
 from rspush.subscriber.appliers import NullApplier
 from rspush.subscriber.push import Change, PushError, push_changes
 
-from .bench_push import children, cpu_s, free_port, percentile, stop_process
-from .fragments import change_fragment
+from .fragments import change_fragment, one_change, resource_list
+from .harness.hub import AUTH, Hub, metric, start_hub
+from .harness.results import command_line, git_state, log, percentile, write_json
+from .harness.results import quantiles as quantile_points
+from .harness.system import Cpu, HelperProcess, children, until
 
-TOKEN = "bench-token"
-ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ("latency", "catchup", "baseline")
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/xml"}
-XMLNS = (
-    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
-)
 CATCHUP_URIS = "http://example.com/"  # change_fragment's locs; metadata-only, never fetched
 Key = tuple[str, datetime]
 """A change: (URI, change time). Every change the bench posts has its own."""
 
 
-def log(message: str, *values: Any) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] " + message % values, file=sys.stderr, flush=True)
-
-
 def quantiles(values: Iterable[float]) -> dict[str, float]:
+    """Count, p50, p90, p99 and max of latencies in any order."""
     ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "p50": percentile(ordered, 0.50),
-        "p90": percentile(ordered, 0.90),
-        "p99": percentile(ordered, 0.99),
-        "max": ordered[-1] if ordered else float("nan"),
-    }
+    return {"n": len(ordered)} | quantile_points(ordered)
 
 
 def content(name: str, size: int) -> bytes:
@@ -170,99 +155,35 @@ async def serve_origin() -> None:
     await task
 
 
-class OriginProcess:
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.bench_subscriber", "--origin"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("the origin process exited during startup")
-        self.url = f"http://127.0.0.1:{json.loads(line)['port']}"
+class OriginProcess(HelperProcess):
+    """The origin in its own process (``--origin``)."""
 
-    def stop(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-        stop_process(self.process, timeout=20)
+    def __init__(self) -> None:
+        super().__init__("bench.bench_subscriber", "--origin")
+        self.url = f"http://127.0.0.1:{self.ready['port']}"
 
 
 # --- the hub (its own process) ---------------------------------------------------------------
 
 
-def start_hub(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, str]:
-    """``rs-hub serve``; returns (process, base URL, push URL). Change Lists close every
-    ``--list-entries`` changes and the stream keeps nothing already in a closed list
-    (retention 0), so the catch-up phase finds its history in the archive only."""
-    port, push_port = free_port(), free_port()
-    names = ", ".join(f'"{name}"' for name in TOPICS)
-    config = workdir / "hub.toml"
-    config.write_text(
-        f"""
-rotation_interval_s = 0.2
-[hub]
-base_url = "http://127.0.0.1:{port}"
-{"".join(f'[[topics]]{chr(10)}name = "{name}"{chr(10)}' for name in TOPICS)}
-[[sources]]
-name = "bench"
-token_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"
-topics = [{names}]
-[limits]
-changelist_max_entries = {args.list_entries}
-changelist_max_age_s = 86400
-retention_s = 0
-max_entries_per_request = 50000
-max_body_bytes = 52428800
-[push]
-port = {push_port}
-"""
+def run_hub(workdir: Path, args: argparse.Namespace) -> Hub:
+    """Change Lists close every ``--list-entries`` changes and the stream keeps nothing
+    already in a closed list (retention 0), so the catch-up phase finds its history in the
+    archive only."""
+    return start_hub(
+        workdir,
+        TOPICS,
+        limits={"changelist_max_entries": args.list_entries, "retention_s": 0},
+        settings={"rotation_interval_s": 0.2},
     )
-    command = [str(Path(sys.executable).parent / "rs-hub"), "serve", "--config", str(config)]
-    process = subprocess.Popen(
-        [*command, "--port", str(port), "--data-dir", str(workdir / "hub-data")],
-        stdout=subprocess.DEVNULL,
-        stderr=(workdir / "hub.log").open("wb"),
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{base}/readyz", timeout=1, trust_env=False).status_code == 200:
-                return process, base, f"ws://127.0.0.1:{push_port}/"
-        if process.poll() is not None:
-            raise RuntimeError(f"hub exited during startup: {(workdir / 'hub.log').read_text()}")
-        time.sleep(0.05)
-    stop_process(process)
-    raise RuntimeError("hub not ready after 30 s")
 
 
 # --- measuring -------------------------------------------------------------------------------
 
 
-class Cpu:
-    """CPU seconds used by named processes between construction and :meth:`used`, as % of
-    one core over the wall time."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self.wall = time.monotonic()
-        self.start = {name: cpu_s(pid) for name, pid in pids.items()}
-
-    def used(self) -> dict[str, float]:
-        wall = time.monotonic() - self.wall
-        return {
-            name: 100 * (cpu_s(pid) - self.start[name]) / wall for name, pid in self.pids.items()
-        }
-
-
 @dataclass
 class TimedPhase:
-    """A :class:`subscriber.progress.Phase` that only records when it ran and its count."""
+    """A :class:`rspush.subscriber.progress.Phase` that only records when it ran and its count."""
 
     name: str
     started: float = field(default_factory=time.perf_counter)
@@ -293,14 +214,6 @@ class TimingReporter:
         return next((p for p in reversed(self.phases) if p.name == name), None)
 
 
-async def until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
     """The agent's :meth:`run` as a task; stopped (and its errors raised) on exit."""
@@ -314,32 +227,6 @@ async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
                 await task
 
 
-def resource_list(entries: Iterable[tuple[str, bytes]], at: datetime) -> bytes:
-    """A Resource List (§10) of (URI, bytes): lastmod, md5, length and type per resource."""
-    lastmod = format_w3c_datetime(at - timedelta(seconds=1))
-    urls = "".join(
-        f"<url><loc>{uri}</loc><lastmod>{lastmod}</lastmod>"
-        f'<rs:md hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
-        f'type="application/octet-stream"/></url>'
-        for uri, body in entries
-    )
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
-        f'<rs:md capability="resourcelist" at="{format_w3c_datetime(at)}"/>{urls}</urlset>'
-    ).encode()
-
-
-def one_change(uri: str, change: str, when: datetime, body: bytes) -> bytes:
-    """A one-change fragment, as a Source sends it: datetime, md5, length, type."""
-    return (
-        f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
-        f'<rs:md capability="changelist"/><url><loc>{uri}</loc>'
-        f'<rs:md change="{change}" datetime="{format_w3c_datetime(when)}" '
-        f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
-        f'type="application/octet-stream"/></url></urlset>'
-    ).encode()
-
-
 @dataclass
 class Env:
     args: argparse.Namespace
@@ -348,7 +235,7 @@ class Env:
     push_url: str
     origin: OriginProcess
     http: httpx.AsyncClient
-    pids: dict[str, int]
+    pids: dict[str, list[int]]
 
     async def post(self, topic: str, body: bytes, kind: str = "changes") -> dict[str, Any]:
         reply = await self.http.post(f"{self.hub_url}/topics/{topic}/{kind}", content=body)
@@ -358,12 +245,7 @@ class Env:
         return receipt
 
     async def metric(self, name: str, topic: str) -> float | None:
-        text = (await self.http.get(f"{self.hub_url}/metrics")).text
-        prefix = f'{name}{{topic="{topic}"}} '
-        for line in text.splitlines():
-            if line.startswith(prefix):
-                return float(line[len(prefix) :])
-        return None
+        return await metric(self.http, self.hub_url, name, topic)
 
     def config(self, topic: str, dest: str, **options: Any) -> AgentConfig:
         options.setdefault("maps", [(self.origin.url + "/", "")])
@@ -487,7 +369,7 @@ async def latency_phase(env: Env) -> dict[str, Any]:
             count = round(args.rate * args.seconds)
             publishing: list[asyncio.Task[Key]] = []
             late = 0
-            cpu = Cpu(env.pids)
+            cpu = Cpu(env.pids, machine=False)
             loop = asyncio.get_running_loop()
             start = loop.time() + 0.05
             for k in range(count):
@@ -563,8 +445,9 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
 
     config = env.config(topic, "catchup-mirror", fetch=False, maps=[(CATCHUP_URIS, "")])
     # Change 0, then a baseline: the checkpoint's watermark is change 0's time. (With no
-    # change before the baseline the agent could not catch up at all: the first list's
-    # `from` would be after the baseline's `at` — see the report.)
+    # change before the baseline the first list's `from` would be after the baseline's `at`
+    # and the agent would not catch up from the archive at all: see "Catch-up" in
+    # docs/subscriber.md.)
     await env.post(topic, fragment(0, 1))
     await Agent(config, applier=NullApplier(), reporter=TimingReporter()).run(baseline_only=True)
     log("catch-up: posting %d changes", total - 1)
@@ -594,7 +477,7 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
     profile = cProfile.Profile() if args.profile else None
     log("catch-up: agent run%s", " (profiled)" if profile else "")
     gc.collect()
-    cpu = Cpu(env.pids)
+    cpu = Cpu(env.pids, machine=False)
     started = time.perf_counter()
     if profile is not None:
         profile.enable()
@@ -701,7 +584,7 @@ async def baseline_phase(env: Env) -> dict[str, Any]:
     rows = []
     for concurrency in args.concurrency:
         log("baseline: %d resources, concurrency %d", n, concurrency)
-        cpu = Cpu(env.pids)
+        cpu = Cpu(env.pids, machine=False)
         bare_s, got = await bare_fetch(urls, concurrency)
         bare_cpu = cpu.used()
         if got != n * size:
@@ -720,7 +603,7 @@ async def baseline_phase(env: Env) -> dict[str, Any]:
 
         agent = Agent(config, events=on_event, reporter=reporter)
         gc.collect()
-        cpu = Cpu(env.pids)
+        cpu = Cpu(env.pids, machine=False)
         profile = cProfile.Profile() if args.profile else None
         started = time.perf_counter()
         if profile is not None:
@@ -767,12 +650,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     hub = None
     results: dict[str, Any] = {}
     try:
-        hub, hub_url, push_url = start_hub(workdir, args)
-        pids = {"bench": os.getpid(), "hub": hub.pid, "origin": origin.process.pid}
+        hub = run_hub(workdir, args)
+        pids = {"bench": [os.getpid()], "hub": [hub.pid], "origin": [origin.process.pid]}
         for pid in children(hub.pid)[:1]:  # the embedded valkey-server
-            pids["valkey"] = pid
+            pids["valkey"] = [pid]
         async with httpx.AsyncClient(timeout=120, headers=AUTH) as http:
-            env = Env(args, workdir, hub_url, push_url, origin, http, pids)
+            env = Env(args, workdir, hub.base, hub.push_url, origin, http, pids)
             if "latency" in args.phases:
                 log("latency: %d changes/s for %.0f s", args.rate, args.seconds)
                 results["latency"] = await latency_phase(env)
@@ -781,14 +664,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if "baseline" in args.phases:
                 results["baseline"] = await baseline_phase(env)
     except BaseException:
-        if (workdir / "hub.log").exists():
-            lines = (workdir / "hub.log").read_text(errors="replace").splitlines()
-            print("hub log (last 40 lines):\n" + "\n".join(lines[-40:]), file=sys.stderr)
+        if hub is not None:
+            hub.print_log(40)
         raise
     finally:
         origin.stop()
         if hub is not None:
-            stop_process(hub)
+            hub.stop()
     return results
 
 
@@ -867,23 +749,6 @@ def report(results: dict[str, Any]) -> None:
         print("   CPU % (bare run): " + cpu_line(bl["rows"][0]["bare_cpu_percent"]))
 
 
-def git_state() -> str:
-    """The checkout measured: commit, and whether files differ from it."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return commit + (" (modified)" if dirty else "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", default="latency,catchup,baseline")
@@ -920,7 +785,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rspush-bench-subscriber-") as tmp:
         results = asyncio.run(run(args, Path(tmp)))
     results["environment"] = {
-        "command": shlex.join([".venv/bin/python", "-m", "bench.bench_subscriber", *sys.argv[1:]]),
+        "command": command_line("bench.bench_subscriber"),
         "python": platform.python_version(),
         "lxml": ".".join(map(str, lxml.etree.LXML_VERSION)),
         "cpus": os.cpu_count(),
@@ -931,7 +796,7 @@ def main() -> None:
     report(results)
     print(f"\n(total {results['environment']['seconds']:.0f} s)")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""The documentation holds together: every relative Markdown link in README.md and docs/*.md
+reaches a file that exists (and, for ``file.md#anchor`` or ``#anchor``, a heading of that
+file, by GitHub's heading slugs); and comments speak of the code, not of the tracker — no
+``issue <number>`` or ``house style`` in the docs, the benchmarks or the package modules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+INLINE_CODE = re.compile(r"`+[^`\n]*`+")
+# [text](target) and ![alt](target), with an optional "title"; reference links are not used.
+LINK = re.compile(r"\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+EXTERNAL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|//)")
+STALE = re.compile(r"\bissues?\s*#?\s*\d+|\bhouse[\s-]+style\b", re.IGNORECASE)
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks."""
+    lines, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            lines.append((number, line))
+    return lines
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: link text kept, inline markup and punctuation dropped,
+    lower case, spaces to hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"[^\w\- ]", "", text.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings (repeats get -1, -2, … as on GitHub)."""
+    seen: dict[str, int] = {}
+    found = set()
+    for _, line in prose_lines(path.read_text(encoding="utf-8")):
+        match = HEADING.match(line)
+        if match:
+            base = slug(match.group(1))
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def broken_links(path: Path) -> list[str]:
+    """Every relative link of a Markdown file whose file or heading does not exist."""
+    broken = []
+    for number, line in prose_lines(path.read_text(encoding="utf-8")):
+        for target in LINK.findall(INLINE_CODE.sub("", line)):
+            if EXTERNAL.match(target):
+                continue
+            file_part, _, anchor = target.partition("#")
+            resolved = (path.parent / file_part).resolve() if file_part else path
+            where = f"{path.name}:{number}: {target}"
+            if not resolved.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{where} (no such heading in {resolved.name})")
+    return broken
+
+
+def stale_mentions(paths: list[Path]) -> list[str]:
+    """``issue N`` / ``house style`` mentions, as ``file:line: text``."""
+    found = []
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if STALE.search(line):
+                name = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+                found.append(f"{name}:{number}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(doc: Path) -> None:
+    assert broken_links(doc) == []
+
+
+def test_the_checks_catch_planted_mistakes(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other page\n\n## A `code` heading, twice?\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n"
+        "[ok](other.md) [ok](other.md#other-page) [ok](other.md#a-code-heading-twice) "
+        "[ok](#page) [ok](https://example.org/missing.md)\n"
+        "[bad file](missing.md) and ![bad image](img/missing.png)\n"
+        "[bad anchor](other.md#no-such-heading) [bad local anchor](#nowhere)\n"
+        "`[in code](ignored.md)`\n\n"
+        "```\n[in a fence](ignored.md)\n# not a heading\n```\n"
+        "See issue 12 and the House Style.\n"
+    )
+    assert [entry.split(" (")[0] for entry in broken_links(page)] == [
+        "page.md:4: missing.md",
+        "page.md:4: img/missing.png",
+        "page.md:5: other.md#no-such-heading",
+        "page.md:5: #nowhere",
+    ]
+    assert "not-a-heading" not in anchors(page)
+    assert stale_mentions([page]) == [f"{page}:12: See issue 12 and the House Style."]
+    assert STALE.search("see issue 12") and STALE.search("(Issue #4)")
+    assert STALE.search("house style §3") and STALE.search("House-Style")
+    assert not STALE.search("encode/httpcore#1103, issues with sockets, 12 issues")
+
+
+def test_docs_and_benchmarks_name_no_issues_or_house_style() -> None:
+    bench = sorted((REPO / "bench").rglob("*.py"))
+    assert stale_mentions([*DOCS, *bench]) == []
+
+
+def test_package_modules_name_no_issues_or_house_style() -> None:
+    """Separate from the docs: the modules under rspush/ are cleaned on their own branches."""
+    modules = sorted((REPO / "rspush").rglob("*.py"))
+    assert modules
+    assert stale_mentions(modules) == []
