@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from rspush.hub.push.protocol import PUSH_REL
+from rspush.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
 from .links import (
