@@ -1,10 +1,13 @@
 """The WebSocket push endpoint: subscribe, replay from a resume point, then the live tail.
 
 Per connection: the first message must be a ``subscribe`` (docs/protocol.md). For each topic
-the hub checks the token (private topics), the epoch and the history the stream still holds,
-registers the subscription with the topic's feed (so live batches start queueing), replays
-every change after the resume point from Redis in bounded ``XRANGE`` pages, then flushes the
-queued batches skipping what the replay already sent: no gap and no duplicate at the seam.
+the hub checks the token (private topics), gathers the facts about the stream through
+:class:`~rspush.hub.store.TopicStore` (epoch, oldest change, trim mark, where a ``since``
+falls) and lets :func:`rspush.protocol.decide_resume` pick the resume point or refuse with
+``history-insufficient``. It then registers the subscription with the topic's feed (so live
+batches start queueing), replays every change after the resume point in bounded pages, then
+flushes the queued batches skipping what the replay already sent: no gap and no duplicate at
+the seam.
 """
 
 from __future__ import annotations
