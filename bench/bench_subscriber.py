@@ -68,7 +68,7 @@ import httpx
 import lxml
 from lxml import etree
 
-from rspush.hub.push.protocol import TopicRequest
+from rspush.protocol import TopicRequest
 from rspush.resourcesync import parse_document
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 from rspush.subscriber.agent import Agent, AgentConfig

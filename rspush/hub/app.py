@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rspush.protocol import PUSH_REL
 from rspush.resourcesync.w3cdt import to_us
 
 from .auth import bearer, find_source
@@ -39,7 +40,6 @@ from .documents import DocumentService, NotFound, Served
 from .ingest import IngestError, parse_fragment, plan_changes, plan_seed
 from .materialise import Urls
 from .metrics import HubMetrics
-from .push.protocol import PUSH_REL
 from .rotation import RotationPolicy, Rotator
 from .settings import Settings
 from .store import TopicStore

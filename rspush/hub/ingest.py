@@ -20,10 +20,10 @@ posters cannot interleave out of order.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from rspush.protocol import change_json
 from rspush.resourcesync import (
     Capability,
     Change,
@@ -37,7 +37,7 @@ from rspush.resourcesync import (
     validate,
 )
 from rspush.resourcesync.serialiser import serialise_entry
-from rspush.resourcesync.w3cdt import format_w3c_datetime, to_us
+from rspush.resourcesync.w3cdt import to_us
 
 CHANGE_CAPABILITIES = frozenset(
     {
@@ -219,30 +219,6 @@ def _record(entry: Entry, moment: datetime) -> ChangeRecord:
         state_xml=state_xml,
         entry_json=change_json(stored, change, moment),
     )
-
-
-def change_json(entry: Entry, change: str, moment: datetime) -> str:
-    """The JSON object of one change, without its position (added when it is pushed)."""
-    md = entry.md
-    data: dict[str, object] = {
-        "loc": entry.loc,
-        "change": change,
-        "datetime": format_w3c_datetime(moment),
-    }
-    if entry.lastmod is not None:
-        data["lastmod"] = format_w3c_datetime(entry.lastmod)
-    if md is not None:
-        if md.hash:
-            data["hash"] = " ".join(str(h) for h in md.hash)
-        for name in ("length", "type", "encoding"):
-            value = getattr(md, name)
-            if value is not None:
-                data[name] = value
-    if entry.links:
-        data["links"] = [
-            link.model_dump(mode="json", exclude_defaults=True) for link in entry.links
-        ]
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
 def _state_entry(entry: Entry, moment: datetime) -> Entry:

@@ -25,12 +25,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rspush.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, Entry, Link, Metadata, split_entries
 from rspush.resourcesync.namespaces import MAX_ENTRIES
 from rspush.resourcesync.serialiser import serialise, serialise_head, serialise_tail
 from rspush.resourcesync.w3cdt import from_us
-
-from .push.protocol import PUSH_REL
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
 
-from rspush.resourcesync.w3cdt import from_us
+from rspush.protocol import ZERO, Position, PushedChange, SinceLookup
+from rspush.resourcesync.w3cdt import from_us, to_us
 
 from .ingest import IngestError, IngestPlan, SeedPlan
 from .keys import TopicKeys
@@ -160,13 +162,27 @@ return 0
 
 
 @dataclass(frozen=True, slots=True)
-class StreamEntry:
-    id: str
-    time_us: int
+class StreamEntry(PushedChange):
+    """One row of a topic's stream: what the push channel sends (position, time, XML and
+    JSON forms) and what the materialised Change Lists need besides (URI, change type)."""
+
     loc: str
     change: str
-    xml: str
-    json: str
+
+    @property
+    def id(self) -> str:
+        """The row's stream id, as Redis writes it."""
+        return str(self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class PushMeta:
+    """The topic meta the push channel reads: the stream's epoch ("" before the topic's
+    first write) and how far retention trimmed it (the last removed row and its time)."""
+
+    epoch: str
+    trimmed: Position | None
+    trimmed_time: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,11 +362,7 @@ class TopicStore:
         self, topic: str, open_start: str, *, limit: int | None = None
     ) -> list[StreamEntry]:
         """Stream entries after ``open_start`` (exclusive): the open Change List."""
-        start = "-" if open_start == "0-0" else f"({open_start}"
-        rows: Any = await self.redis.xrange(
-            self.keys(topic).stream, min=start, max="+", count=limit
-        )
-        return [_stream_entry(row) for row in rows]
+        return await self.entries_after(topic, Position.parse(open_start), count=limit)
 
     async def stream_length(self, topic: str) -> int:
         return int(await self.redis.xlen(self.keys(topic).stream))
@@ -415,14 +427,88 @@ class TopicStore:
         k = self.keys(topic)
         return int(await self._trim(keys=[k.stream, k.meta], args=[min_id]))
 
+    # --- stream and meta reads of the push channel (and of the open Change List) ---------
+
+    async def entries_after(
+        self, topic: str, after: Position, *, count: int | None = None
+    ) -> list[StreamEntry]:
+        """Up to ``count`` stream entries after ``after`` (exclusive), in order."""
+        rows: Any = await self.redis.xrange(
+            self.keys(topic).stream, min=f"({after}", max="+", count=count
+        )
+        return [_stream_entry(row) for row in rows]
+
+    async def entry_at(self, topic: str, position: Position) -> StreamEntry | None:
+        """The stream entry at ``position``, if the stream still holds it."""
+        rows: Any = await self.redis.xrange(
+            self.keys(topic).stream, min=str(position), max=str(position)
+        )
+        return _stream_entry(rows[0]) if rows else None
+
+    async def oldest(self, topic: str) -> Position | None:
+        """The position of the first entry the stream still holds (None when empty)."""
+        rows: Any = await self.redis.xrange(self.keys(topic).stream, count=1)
+        return _stream_entry(rows[0]).position if rows else None
+
+    async def newest(self, topic: str) -> StreamEntry | None:
+        """The stream's last entry (None when empty)."""
+        rows: Any = await self.redis.xrevrange(self.keys(topic).stream, count=1)
+        return _stream_entry(rows[0]) if rows else None
+
+    async def wait_entries(
+        self, topic: str, after: Position, *, count: int, block_ms: int
+    ) -> list[StreamEntry]:
+        """Entries after ``after``, waiting up to ``block_ms`` for the first one
+        (``XREAD BLOCK``): empty when none arrived in time."""
+        reply: Any = await self.redis.xread(
+            {self.keys(topic).stream: str(after)}, count=count, block=block_ms
+        )
+        return [_stream_entry(row) for row in reply[0][1]] if reply else []
+
+    async def locate_since(self, topic: str, since: datetime, *, page: int) -> SinceLookup:
+        """Where ``since`` falls in the stream, read in pages of ``page`` entries (change
+        times are in stream order: the ingest policy rejects changes that go back)."""
+        since_us = to_us(since)
+        before: Position | None = None
+        cursor = ZERO
+        while True:
+            entries = await self.entries_after(topic, cursor, count=page)
+            for entry in entries:
+                if entry.time_us >= since_us:
+                    return SinceLookup(first=entry.position, before=before)
+                before = entry.position
+            if len(entries) < page:
+                return SinceLookup(first=None, before=before)
+            cursor = entries[-1].position
+
+    async def epoch(self, topic: str) -> str:
+        """The topic's epoch ("" before its first write)."""
+        value: Any = await self.redis.hget(self.keys(topic).meta, "epoch")
+        return value.decode() if value else ""
+
+    async def push_meta(self, topic: str) -> PushMeta:
+        """The epoch and the trim mark. The trim script records how far it went in the same
+        atomic step as the trim, so reading this after a page of entries is enough to know
+        whether that page started after a gap."""
+        fields: Any = await self.redis.hmget(
+            self.keys(topic).meta, ["epoch", "trimmed_through", "trimmed_through_t"]
+        )
+        epoch, trimmed, trimmed_t = fields
+        return PushMeta(
+            epoch=epoch.decode() if epoch else "",
+            trimmed=None if trimmed is None else Position.parse(trimmed.decode()),
+            trimmed_time=None if trimmed_t is None else from_us(int(trimmed_t)),
+        )
+
 
 def _stream_entry(row: Any) -> StreamEntry:
+    """The one decoder of a stream row (an id and the fields the append script writes)."""
     raw_id, fields = row
     return StreamEntry(
-        id=raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id),
+        position=Position.parse(raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)),
         time_us=int(fields[b"t"]),
-        loc=fields[b"loc"].decode(),
-        change=fields[b"ch"].decode(),
         xml=fields[b"x"].decode(),
         json=fields[b"j"].decode(),
+        loc=fields[b"loc"].decode(),
+        change=fields[b"ch"].decode(),
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from rspush.hub.push.protocol import Position, TopicRequest
+from rspush.protocol import Position, TopicRequest
 from rspush.resourcesync import Capability
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 

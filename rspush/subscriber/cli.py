@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from rspush.hub.push.protocol import ProtocolError, TopicRequest
+from rspush.protocol import ProtocolError, TopicRequest
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .agent import Agent, AgentConfig

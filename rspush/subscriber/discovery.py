@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from rspush.hub.push.protocol import PUSH_REL
+from rspush.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
 from .links import (
@@ -49,7 +49,8 @@ from .links import (
     unique,
 )
 
-# Limits (house style §4); discover() takes the first two as arguments.
+# Bounds on what discovery reads and follows, so a hostile Source cannot make it read
+# without end; discover() takes the first two as arguments.
 MAX_DISCOVERY_BYTES: Final = 10 * 1024 * 1024  # per fetched document
 MAX_HOPS: Final = 8  # links followed in one chain (up, index, resourcesync)
 MAX_CAPABILITY_LISTS: Final = 64  # read from Source Descriptions

@@ -1,12 +1,13 @@
 """Push channel client: subscribe over WebSocket, yield each pushed change with its topic,
-epoch and position; raise a typed error for every way the hub can refuse or close.
+epoch and position; raise a typed error for every way the hub can refuse or close
+(docs/protocol.md). Frames and messages are read by the shared decoder
+(:func:`rspush.protocol.decode_frame`), so the client reads exactly what the hub writes.
 
 The Destination agent builds on :func:`push_changes`; ``rs-subscribe watch`` prints it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +15,22 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from rspush.hub.push.protocol import PROTOCOL_VERSION, RSPUSH_NS, CloseCode, TopicRequest
-from rspush.resourcesync import DocumentError, parse_document
-from rspush.resourcesync.w3cdt import format_w3c_datetime
+from rspush.protocol import (
+    ChangesFrame,
+    CloseCode,
+    HistoryInsufficient,
+    Refusal,
+    Subscribe,
+    Subscribed,
+    TopicRequest,
+    decode_frame,
+)
+from rspush.resourcesync import DocumentError
+
+from .errors import SubscriberError
 
 
-class PushError(Exception):
+class PushError(SubscriberError):
     """The push channel failed; ``code`` is the WebSocket close code when there was one."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
@@ -29,16 +40,19 @@ class PushError(Exception):
 
 class HistoryInsufficientError(PushError):
     """The resume point is older than the hub keeps (or the epoch changed): catch up from
-    the Change List Archive at ``archive``."""
+    the Change List Archive at ``message.archive``."""
 
-    def __init__(self, info: dict[str, Any]) -> None:
+    def __init__(self, message: HistoryInsufficient) -> None:
+        info = message.as_dict()
         super().__init__(
-            f"topic {info.get('topic')!r}: history insufficient ({info.get('reason')}); "
-            f"oldest available position {info.get('oldest')}; catch up from the Change List "
-            f"Archive {info.get('archive')}",
+            f"topic {info['topic']!r}: history insufficient ({info['reason']}); "
+            f"oldest available position {info['oldest']}; catch up from the Change List "
+            f"Archive {info['archive']}",
             CloseCode.HISTORY_INSUFFICIENT,
         )
+        self.message = message
         self.info = info
+        """The message as the hub sent it."""
 
 
 class RefusedError(PushError):
@@ -72,22 +86,16 @@ async def push_changes(
     token: str | None = None,
     open_timeout: float = 10.0,
 ) -> AsyncIterator[Change | dict[str, Any]]:
-    """Yield ``subscribed`` control messages (dicts) and :class:`Change` values until the
-    connection closes; raise :class:`PushError` (or a subclass) on every abnormal end."""
-    request = {
-        "type": "subscribe",
-        "version": PROTOCOL_VERSION,
-        "format": fmt,
-        "topics": [t.model_dump(exclude_none=True) for t in topics],
-    }
-    if token is not None:
-        request["token"] = token
+    """Yield ``subscribed`` control messages (as the hub sent them, dicts) and
+    :class:`Change` values until the connection closes; raise :class:`PushError` (or a
+    subclass) on every abnormal end."""
+    request = Subscribe(type="subscribe", format=fmt, token=token, topics=list(topics))
     try:
         async with connect(url, open_timeout=open_timeout, max_size=None, compression=None) as ws:
-            await ws.send(json.dumps(request))
+            await ws.send(request.encode())
             async for frame in ws:
                 try:
-                    items = _decode(frame)
+                    items = _items(decode_frame(frame))
                 except (ValueError, KeyError, TypeError, AttributeError, DocumentError) as exc:
                     # A frame we cannot read is a broken channel, not a change to skip.
                     raise MalformedFrameError(
@@ -104,66 +112,28 @@ async def push_changes(
     raise PushError("push channel closed by the hub", CloseCode.SHUTDOWN)
 
 
-def _decode(frame: str | bytes) -> list[Change | dict[str, Any]]:
-    """One frame as the changes (or the control message) it carries; raises the typed
-    errors for refusals, ValueError/KeyError/TypeError for anything malformed."""
-    if isinstance(frame, bytes) or frame.startswith("<"):
-        return list(_from_xml(frame))
-    message = json.loads(frame)
-    kind = message.get("type")
-    if kind == "changes":
+def _items(
+    decoded: ChangesFrame | Subscribed | HistoryInsufficient | Refusal | dict[str, Any],
+) -> list[Change | dict[str, Any]]:
+    """What one decoded frame yields: its changes, or the control message; raises the typed
+    errors for refusals."""
+    if isinstance(decoded, ChangesFrame):
         return [
             Change(
-                topic=message["topic"],
-                epoch=message["epoch"],
+                topic=decoded.topic,
+                epoch=decoded.epoch,
                 position=item["position"],
                 loc=item["loc"],
-                change=item["change"],
+                change=str(item["change"]),
                 datetime=item["datetime"],
                 data=item,
             )
-            for item in message["changes"]
+            for item in decoded.changes
         ]
-    if kind == "history-insufficient":
-        raise HistoryInsufficientError(message)
-    if kind == "error":
-        raise RefusedError(f"{message.get('error')}: {message.get('message')}")
-    if not isinstance(message, dict):
-        raise TypeError("a frame must be a JSON object")
-    return [message]
-
-
-def _from_xml(frame: str | bytes) -> list[Change]:
-    data = frame.encode() if isinstance(frame, str) else frame
-    document = parse_document(data)
-    topic = document.md.extra.get(f"{{{RSPUSH_NS}}}topic", "")
-    epoch = document.md.extra.get(f"{{{RSPUSH_NS}}}epoch", "")
-    changes = []
-    for entry in document.entries:
-        md = entry.md
-        if md is None or md.datetime is None or md.change is None:
-            raise ValueError(f"entry {entry.loc}: no rs:md change/datetime")
-        # The same fields, in the same form, as the hub's JSON frames (docs/protocol.md).
-        item: dict[str, Any] = {
-            "position": md.extra.get(f"{{{RSPUSH_NS}}}position", ""),
-            "loc": entry.loc,
-            "change": md.change,
-            "datetime": format_w3c_datetime(md.datetime),
-        }
-        if entry.lastmod is not None:
-            item["lastmod"] = format_w3c_datetime(entry.lastmod)
-        if md.hash:
-            item["hash"] = " ".join(str(h) for h in md.hash)
-        for name in ("length", "type", "encoding"):
-            if getattr(md, name) is not None:
-                item[name] = getattr(md, name)
-        if entry.links:
-            item["links"] = [
-                link.model_dump(mode="json", exclude_defaults=True) for link in entry.links
-            ]
-        changes.append(
-            Change(
-                topic, epoch, item["position"], entry.loc, str(md.change), item["datetime"], item
-            )
-        )
-    return changes
+    if isinstance(decoded, HistoryInsufficient):
+        raise HistoryInsufficientError(decoded)
+    if isinstance(decoded, Refusal):
+        raise RefusedError(f"{decoded.error}: {decoded.message}")
+    if isinstance(decoded, Subscribed):
+        return [decoded.as_dict()]
+    return [decoded]

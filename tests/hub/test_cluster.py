@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from rspush.hub.embedded import server_binary
-from rspush.hub.push.protocol import TopicRequest
 from rspush.hub.server import bind, running_hub
+from rspush.protocol import TopicRequest
 from rspush.resourcesync import parse_document, validate
 from rspush.subscriber.push import Change, push_changes
 from tests.conftest import TIMEOUT_SCALE

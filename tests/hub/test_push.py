@@ -22,9 +22,15 @@ from redis.asyncio import Redis
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from rspush.hub.push.protocol import PUSH_REL, RSPUSH_NS, CloseCode, TopicRequest
 from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Settings, Subscriber, Topic
+from rspush.protocol import (
+    PUSH_REL,
+    REQUIRED_FIELDS,
+    CloseCode,
+    TopicRequest,
+    decode_xml_frame,
+)
 from rspush.resourcesync import Capability, DocumentType, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
@@ -71,26 +77,15 @@ def _changes_of_xml(frame: str) -> dict[str, Any]:
     document = parse_document(frame.encode())
     assert document.type is DocumentType.CHANGE_NOTIFICATION
     assert [v for v in validate(document) if v.severity.value == "error"] == []
-    md = document.md
-    assert md.from_ is not None and md.until is not None
-    changes = []
-    for entry in document.entries:
-        assert entry.md is not None and entry.md.datetime is not None
-        changes.append(
-            {
-                "position": entry.md.extra[f"{{{RSPUSH_NS}}}position"],
-                "loc": entry.loc,
-                "change": entry.md.change,
-                "datetime": format_w3c_datetime(entry.md.datetime),
-            }
-        )
+    decoded = decode_xml_frame(frame)
+    assert decoded.start is not None and decoded.until is not None
     return {
         "type": "changes",
-        "topic": md.extra[f"{{{RSPUSH_NS}}}topic"],
-        "epoch": md.extra[f"{{{RSPUSH_NS}}}epoch"],
-        "from": format_w3c_datetime(md.from_),
-        "until": format_w3c_datetime(md.until),
-        "changes": changes,
+        "topic": decoded.topic,
+        "epoch": decoded.epoch,
+        "from": decoded.start,
+        "until": decoded.until,
+        "changes": [{name: change[name] for name in REQUIRED_FIELDS} for change in decoded.changes],
         "xml": True,
     }
 

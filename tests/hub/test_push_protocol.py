@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rspush.hub.ingest import change_json
-from rspush.hub.push.protocol import (
+from rspush.protocol import (
     PROTOCOL_VERSION,
     RSPUSH_NS,
     ZERO,
@@ -17,6 +16,7 @@ from rspush.hub.push.protocol import (
     Position,
     ProtocolError,
     PushedChange,
+    change_json,
     close_reason,
     control,
     json_frame,

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rspush.hub.push.protocol import PUSH_REL
 from rspush.hub.server import RunningHub, bind
+from rspush.protocol import PUSH_REL
 from rspush.subscriber.discovery import (
     MAX_DISCOVERY_BYTES,
     MAX_HOPS,

@@ -1,5 +1,5 @@
-"""One topic's live feed in one hub process: a single Redis reader (``XREAD BLOCK``) whose
-batches fan out in memory to every subscriber of the topic.
+"""One topic's live feed in one hub process: a single stream reader (``XREAD BLOCK``, through
+:meth:`TopicStore.wait_entries`) whose batches fan out in memory to every subscriber of the topic.
 
 Each batch is encoded once per format and the same bytes go to every live subscriber through
 ``websockets.broadcast`` (no per-connection encoding, no per-connection coroutine). Batching
@@ -19,23 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, broadcast
 
+from rspush.protocol import FRAME_ENCODERS, ZERO, CloseCode, Position, close_reason
 from rspush.resourcesync.w3cdt import from_us
 
-from ..keys import TopicKeys
 from ..rotation import cancel_and_wait
-from .protocol import (
-    FRAME_ENCODERS,
-    CloseCode,
-    Position,
-    PushedChange,
-    close_reason,
-)
+from ..store import StreamEntry, TopicStore
 
 log = logging.getLogger("rspush.hub.push")
 MAX_BATCH = 1000
@@ -44,7 +36,7 @@ BLOCK_MS = 2000
 
 @dataclass
 class Batch:
-    changes: list[PushedChange]
+    changes: list[StreamEntry]
     start: datetime
     until: datetime
     encoded: dict[str, bytes] = field(default_factory=dict)
@@ -69,22 +61,11 @@ class Subscription:
     closed: bool = False
 
 
-def row_change(row: Any) -> PushedChange:
-    raw_id, fields = row
-    text = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-    return PushedChange(
-        position=Position.parse(text),
-        time_us=int(fields[b"t"]),
-        xml=fields[b"x"].decode(),
-        json=fields[b"j"].decode(),
-    )
-
-
 class TopicFeed:
     def __init__(
         self,
-        redis: Redis,
-        keys: TopicKeys,
+        store: TopicStore,
+        topic: str,
         *,
         epoch: str,
         send_buffer_bytes: int,
@@ -92,14 +73,13 @@ class TopicFeed:
         on_sent: Callable[[str, int, int, float], None] | None = None,
         on_slow: Callable[[str], None] | None = None,
     ) -> None:
-        self.redis = redis
-        self.keys = keys
-        self.topic = keys.topic
+        self.store = store
+        self.topic = topic
         self.epoch = epoch
         self.send_buffer_bytes = send_buffer_bytes
         self.max_pending_batches = max_pending_batches
         self.subscriptions: set[Subscription] = set()
-        self.last = Position(0, 0)
+        self.last = ZERO
         self.last_until: datetime | None = None
         self.on_sent = on_sent
         self.on_slow = on_slow
@@ -108,11 +88,10 @@ class TopicFeed:
         self.ready = asyncio.Event()
 
     async def start(self) -> None:
-        tail: Any = await self.redis.xrevrange(self.keys.stream, count=1)
-        if tail:
-            change = row_change(tail[0])
-            self.last = change.position
-            self.last_until = from_us(change.time_us)
+        newest = await self.store.newest(self.topic)
+        if newest is not None:
+            self.last = newest.position
+            self.last_until = from_us(newest.time_us)
         self._task = asyncio.create_task(self._run(), name=f"rspush-feed-{self.topic}")
 
     async def stop(self) -> None:
@@ -125,8 +104,8 @@ class TopicFeed:
         self.ready.set()
         while not self._stopping:
             try:
-                reply: Any = await self.redis.xread(
-                    {self.keys.stream: str(self.last)}, count=MAX_BATCH, block=BLOCK_MS
+                changes = await self.store.wait_entries(
+                    self.topic, self.last, count=MAX_BATCH, block_ms=BLOCK_MS
                 )
             except RedisError:
                 if self._stopping:
@@ -134,9 +113,8 @@ class TopicFeed:
                 log.exception("feed %s: XREAD failed; retrying", self.topic)
                 await asyncio.sleep(0.5)
                 continue
-            if not reply:
+            if not changes:
                 continue
-            changes = [row_change(row) for row in reply[0][1]]
             until = from_us(changes[-1].time_us)
             start = self.last_until or from_us(changes[0].time_us)
             self.last = changes[-1].position

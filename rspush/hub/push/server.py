@@ -1,10 +1,13 @@
 """The WebSocket push endpoint: subscribe, replay from a resume point, then the live tail.
 
 Per connection: the first message must be a ``subscribe`` (docs/protocol.md). For each topic
-the hub checks the token (private topics), the epoch and the history the stream still holds,
-registers the subscription with the topic's feed (so live batches start queueing), replays
-every change after the resume point from Redis in bounded ``XRANGE`` pages, then flushes the
-queued batches skipping what the replay already sent: no gap and no duplicate at the seam.
+the hub checks the token (private topics), gathers the facts about the stream through
+:class:`~rspush.hub.store.TopicStore` (epoch, oldest change, trim mark, where a ``since``
+falls) and lets :func:`rspush.protocol.decide_resume` pick the resume point or refuse with
+``history-insufficient``. It then registers the subscription with the topic's feed (so live
+batches start queueing), replays every change after the resume point in bounded pages, then
+flushes the queued batches skipping what the replay already sent: no gap and no duplicate at
+the seam.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import contextlib
 import hmac
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -22,35 +24,31 @@ from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us, to_us
-
-from ..auth import token_sha256
-from ..keys import TopicKeys
-from ..materialise import Urls
-from ..settings import Settings
-from .feed import Batch, Subscription, TopicFeed, row_change
-from .protocol import (
+from rspush.protocol import (
     FRAME_ENCODERS,
-    ZERO,
     CloseCode,
-    Position,
+    HistoryInsufficient,
     ProtocolError,
-    PushedChange,
+    Refusal,
+    StreamFacts,
+    Subscribed,
     TopicRequest,
+    check_replay,
     close_reason,
-    control,
+    decide_resume,
     parse_subscribe,
 )
+from rspush.resourcesync.w3cdt import from_us
+
+from ..auth import token_sha256
+from ..materialise import Urls
+from ..settings import Settings
+from ..store import StreamEntry, TopicStore
+from .feed import Batch, Subscription, TopicFeed
 
 log = logging.getLogger("rspush.hub.push")
 REPLAY_PAGE = 1000
 SUBSCRIBE_TIMEOUT_S = 10.0
-
-
-class HistoryInsufficient(Exception):
-    def __init__(self, reply: str) -> None:
-        super().__init__(reply)
-        self.reply = reply
 
 
 class PushServer:
@@ -64,24 +62,20 @@ class PushServer:
         on_subscribers: Callable[[str, int], None] | None = None,
     ) -> None:
         self.settings = settings
-        self.redis = redis
+        self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.feeds: dict[str, TopicFeed] = {}
         self.on_sent = on_sent
         self.on_slow = on_slow
         self.on_subscribers = on_subscribers
         self._server: Any = None
 
-    def keys(self, topic: str) -> TopicKeys:
-        return TopicKeys(self.settings.redis_prefix, topic)
-
     async def start(self, sock: Any) -> None:
         push = self.settings.push
         for topic in self.settings.topics:
-            epoch: Any = await self.redis.hget(self.keys(topic.name).meta, "epoch")
             feed = TopicFeed(
-                self.redis,
-                self.keys(topic.name),
-                epoch=epoch.decode() if epoch else "",
+                self.store,
+                topic.name,
+                epoch=await self.store.epoch(topic.name),
                 send_buffer_bytes=push.send_buffer_bytes,
                 max_pending_batches=push.max_pending_batches,
                 on_sent=self.on_sent,
@@ -126,7 +120,13 @@ class PushServer:
             for topic_request in request.topics:
                 self._authorise(topic_request.topic, request.token)
             for topic_request in request.topics:
-                subs.append(await self._subscribe(connection, topic_request, request.format))
+                outcome = await self._subscribe(connection, topic_request, request.format)
+                if isinstance(outcome, HistoryInsufficient):
+                    with contextlib.suppress(ConnectionClosed):
+                        await connection.send(outcome.encode())
+                    await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
+                    return
+                subs.append(outcome)
             self._count()
             async for _ in connection:
                 pass  # nothing else is expected; pings are answered by websockets itself
@@ -138,10 +138,6 @@ class PushServer:
             )
         except _Refused as exc:
             await _refuse(connection, exc.code, exc.kind, exc.message)
-        except HistoryInsufficient as exc:
-            with contextlib.suppress(ConnectionClosed):
-                await connection.send(exc.reply)
-            await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
         except ConnectionClosed:
             pass
         except RedisError as exc:
@@ -151,10 +147,7 @@ class PushServer:
                 await connection.close(CloseCode.TRY_AGAIN_LATER, "store unavailable, retry")
         finally:
             for sub in subs:
-                sub.closed = True
-                feed = self.feeds.get(sub.topic)
-                if feed is not None:
-                    feed.subscriptions.discard(sub)
+                _drop(self.feeds[sub.topic], sub)
             self._count()
 
     def _count(self) -> None:
@@ -184,51 +177,31 @@ class PushServer:
 
     async def _subscribe(
         self, connection: ServerConnection, request: TopicRequest, fmt: str
-    ) -> Subscription:
+    ) -> Subscription | HistoryInsufficient:
+        """Decide where the topic's subscription starts (:func:`decide_resume`), register it
+        with the feed, say ``subscribed``, replay, then hand it to the live feed."""
         topic = request.topic
         feed = self.feeds[topic]
-        keys = self.keys(topic)
-        raw_meta: Any = await self.redis.hgetall(keys.meta)
-        meta = {k.decode(): v.decode() for k, v in raw_meta.items()}
-        epoch = meta.get("epoch", "")
-        feed.epoch = feed.epoch or epoch
-        trimmed = Position.parse(meta["trimmed_through"]) if "trimmed_through" in meta else None
-        trimmed_us = int(meta["trimmed_through_t"]) if "trimmed_through_t" in meta else None
-        urls = Urls(self.settings.hub.base_url, topic)
-
-        def insufficient(
-            reason: str,
-            oldest: Position | None,
-            after: Position | None = trimmed,
-            after_us: int | None = trimmed_us,
-        ) -> HistoryInsufficient:
-            return HistoryInsufficient(
-                control(
-                    "history-insufficient",
-                    topic=topic,
-                    reason=reason,
-                    epoch=epoch,
-                    oldest=None if oldest is None else str(oldest),
-                    # Everything after this position (the last trimmed change, at after_time)
-                    # is still in the stream: a client that has caught up from the archive
-                    # to at least after_time can resume from it exactly.
-                    after=str(after or ZERO),
-                    after_time=None if after_us is None else _w3c_us(after_us),
-                    archive=urls.change_list_archive,
-                )
-            )
-
-        if request.epoch is not None and request.epoch != epoch:
-            raise insufficient("epoch-changed", await self._oldest(keys))
-        start: Position | None = request.resume_position
+        meta = await self.store.push_meta(topic)
+        feed.epoch = feed.epoch or meta.epoch
+        archive = Urls(self.settings.hub.base_url, topic).change_list_archive
         since = request.resume_since
-        if start is not None and trimmed is not None and start < trimmed:
-            raise insufficient("trimmed", await self._oldest(keys))
-        if since is not None:
-            start = await self._position_before(
-                keys, since, trimmed_us, insufficient, floor=trimmed or ZERO
-            )
-
+        decision = decide_resume(
+            request,
+            StreamFacts(
+                epoch=meta.epoch,
+                archive=archive,
+                oldest=await self.store.oldest(topic),
+                trimmed=meta.trimmed,
+                trimmed_time=meta.trimmed_time,
+                since=None
+                if since is None
+                else await self.store.locate_since(topic, since, page=REPLAY_PAGE),
+            ),
+        )
+        if isinstance(decision, HistoryInsufficient):
+            return decision
+        start = decision.after
         sub = Subscription(
             connection=connection,
             topic=topic,
@@ -240,17 +213,18 @@ class PushServer:
         # "subscribed" message, and nothing after the position it names is missed.
         feed.subscriptions.add(sub)
         try:
-            await connection.send(
-                control("subscribed", topic=topic, epoch=epoch, position=str(sub.last_sent))
-            )
+            await connection.send(Subscribed(topic, meta.epoch, sub.last_sent).encode())
             if sub.until is None and start is not None:
-                sub.until = await self._time_at(keys, start) or since
-            await self._replay(connection, feed, sub, insufficient)
+                at = await self.store.entry_at(topic, start)
+                sub.until = since if at is None else from_us(at.time_us)
+            gap = await self._replay(connection, feed, sub, meta.epoch, archive)
         except BaseException:
             # handle() only cleans up the subscriptions _subscribe returned.
-            sub.closed = True
-            feed.subscriptions.discard(sub)
+            _drop(feed, sub)
             raise
+        if gap is not None:
+            _drop(feed, sub)
+            return gap
         return sub
 
     async def _replay(
@@ -258,28 +232,27 @@ class PushServer:
         connection: ServerConnection,
         feed: TopicFeed,
         sub: Subscription,
-        insufficient: Callable[..., HistoryInsufficient],
-    ) -> None:
-        keys = feed.keys
+        epoch: str,
+        archive: str,
+    ) -> HistoryInsufficient | None:
+        """Send every stored change after ``sub.last_sent`` in pages, then the queued live
+        batches minus what the replay sent; None once the subscription is live."""
         while True:
-            rows: Any = await self.redis.xrange(
-                keys.stream, min=f"({sub.last_sent}", max="+", count=REPLAY_PAGE
-            )
-            # Retention may have trimmed past our cursor since the subscription was checked:
+            changes = await self.store.entries_after(feed.topic, sub.last_sent, count=REPLAY_PAGE)
+            # Retention may have trimmed past our cursor since the subscription was decided:
             # the page would then silently start after a gap. The trim records how far it
             # went in the same script, so reading it *after* the page is enough.
-            fields: Any = await self.redis.hmget(
-                keys.meta, ["trimmed_through", "trimmed_through_t"]
+            meta = await self.store.push_meta(feed.topic)
+            facts = StreamFacts(
+                epoch=epoch,
+                archive=archive,
+                oldest=await self.store.oldest(feed.topic),
+                trimmed=meta.trimmed,
+                trimmed_time=meta.trimmed_time,
             )
-            raw, raw_t = fields
-            if raw is not None and (now_trimmed := Position.parse(raw.decode())) > sub.last_sent:
-                raise insufficient(
-                    "trimmed",
-                    await self._oldest(keys),
-                    now_trimmed,
-                    None if raw_t is None else int(raw_t),
-                )
-            changes = [row_change(row) for row in rows]
+            gap = check_replay(feed.topic, sub.last_sent, facts)
+            if gap is not None:
+                return gap
             if changes:
                 await self._send(connection, feed, sub, changes)
             if len(changes) < REPLAY_PAGE:
@@ -294,13 +267,14 @@ class PushServer:
             elif fresh:
                 await self._send(connection, feed, sub, fresh)
         sub.live = True
+        return None
 
     async def _send(
         self,
         connection: ServerConnection,
         feed: TopicFeed,
         sub: Subscription,
-        changes: list[PushedChange],
+        changes: list[StreamEntry],
     ) -> None:
         until = from_us(changes[-1].time_us)
         start = sub.until or from_us(changes[0].time_us)
@@ -309,49 +283,10 @@ class PushServer:
         await connection.send(frame.decode())
         sub.last_sent, sub.until = batch.last, until
 
-    async def _oldest(self, keys: TopicKeys) -> Position | None:
-        rows: Any = await self.redis.xrange(keys.stream, count=1)
-        return row_change(rows[0]).position if rows else None
 
-    async def _time_at(self, keys: TopicKeys, position: Position) -> datetime | None:
-        rows: Any = await self.redis.xrange(keys.stream, min=str(position), max=str(position))
-        return from_us(row_change(rows[0]).time_us) if rows else None
-
-    async def _position_before(
-        self,
-        keys: TopicKeys,
-        since: datetime,
-        trimmed_us: int | None,
-        insufficient: Callable[..., HistoryInsufficient],
-        *,
-        floor: Position,
-    ) -> Position:
-        """The position just before the first change at or after ``since`` (change times
-        are in stream order: the hub's ingest policy guarantees it). History is
-        insufficient only if a trimmed change may be at or after ``since``. ``floor``: the
-        last trimmed position (everything up to it is before ``since`` when we get here)."""
-        since_us = to_us(since)
-        cursor = "-"
-        previous = floor
-        first = True
-        while True:
-            rows: Any = await self.redis.xrange(keys.stream, min=cursor, max="+", count=REPLAY_PAGE)
-            changes = [row_change(row) for row in rows]
-            for change in changes:
-                if change.time_us >= since_us:
-                    if first and trimmed_us is not None and since_us <= trimmed_us:
-                        # The last trimmed change is at/after since: it would be missed.
-                        raise insufficient("trimmed", change.position)
-                    return previous
-                previous = change.position
-                first = False
-            if len(changes) < REPLAY_PAGE:
-                # Nothing at/after since in the stream. Unless retention trimmed changes at
-                # or after it (then the stream may even be empty), start at the tail.
-                if trimmed_us is not None and since_us <= trimmed_us:
-                    raise insufficient("trimmed", None)
-                return previous
-            cursor = f"({changes[-1].position}"
+def _drop(feed: TopicFeed, sub: Subscription) -> None:
+    sub.closed = True
+    feed.subscriptions.discard(sub)
 
 
 class _Refused(Exception):
@@ -364,9 +299,5 @@ class _Refused(Exception):
 
 async def _refuse(connection: ServerConnection, code: int, kind: str, message: str) -> None:
     with contextlib.suppress(ConnectionClosed):
-        await connection.send(control("error", error=kind, message=message))
+        await connection.send(Refusal(kind, message).encode())
     await connection.close(code, message[:120])
-
-
-def _w3c_us(time_us: int) -> str:
-    return format_w3c_datetime(from_us(time_us))

@@ -1,0 +1,16 @@
+"""The protocol's version and the names it adds to ResourceSync (docs/protocol.md,
+"Finding the endpoint" and "Change frames")."""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 1
+"""The version a ``subscribe`` message names; a hub refuses any other."""
+
+PUSH_REL = "urn:rspush:websocket"
+"""Link relation advertising the WebSocket endpoint (a URI, as RFC 8288 §2.1.2 allows for
+extension relations): in Capability Lists (``rs:ln`` on the change-notification entry) and in
+HTTP Link headers. The WebSub ``rel="hub"`` keeps pointing at the HTTP hub URI."""
+
+RSPUSH_NS = "urn:rspush:1"
+"""Namespace of the position/topic/epoch attributes added to pushed XML notifications
+(Z39.99 §7 allows attributes in other namespaces)."""
