@@ -126,7 +126,7 @@ def test_the_destination_install_has_no_hub_dependencies(
         )
         assert probe.returncode != 0, f"{module} is installed without the hub extra"
     # The protocol and the agent import without the hub's dependencies.
-    _run(bin_dir / "python", "-c", "import rspush.subscriber.agent", env=env)
+    _run(bin_dir / "python", "-c", "import rspush.subscriber.agent, rspush.protocol", env=env)
     refused = subprocess.run(
         [bin_dir / "rs-hub", "serve"], capture_output=True, text=True, env=env, timeout=60
     )
