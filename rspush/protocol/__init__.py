@@ -1,7 +1,7 @@
 """The rspush push protocol, version 1 (docs/protocol.md), sans-I/O.
 
 A WebSocket channel from the hub to Destinations carrying the changes of ResourceSync topics
-as change notifications (ResourceSync Framework Notification §3) or their compact JSON form,
+as change notifications (ResourceSync Change Notification §3) or their compact JSON form,
 each change with its stream position so a Destination resumes exactly where it left off.
 This package is the contract both ends share: the hub (``rspush.hub.push``) and the
 Destination agent (``rspush.subscriber.push``) import it, never each other. It builds and
