@@ -2,13 +2,13 @@
 ARGV of a call built from named values.
 
 Each script binds KEYS and ARGV to named locals at its top, with a comment per argument; the
-functions here list the same names in the same order, so positions live in these two places
-only.
+functions here name every key and argument the same way, in the same order (a unit test
+compares the two), so positions live in the scripts' headers only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
 
@@ -24,10 +24,16 @@ def load(name: str, *, server_now: bool = False) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """The KEYS and ARGV of one script call, in the order the script binds them."""
+    """The KEYS and ARGV of one script call. ``keys`` and ``args`` are named as the script's
+    locals and in the order it binds them; ``rest`` follows the named ARGV (repeated groups)."""
 
-    keys: list[str]
-    args: list[Any]
+    keys: dict[str, str]
+    args: dict[str, Any]
+    rest: list[Any] = field(default_factory=list)
+
+    @property
+    def argv(self) -> list[Any]:
+        return [*self.args.values(), *self.rest]
 
 
 def _idempotency(k: TopicKeys, key: str | None) -> tuple[str, str]:
@@ -45,9 +51,9 @@ def append_call(
     now_us: int,
 ) -> Call:
     has_idem, idem = _idempotency(k, idempotency_key)
-    args: list[Any] = [len(plan.records), has_idem, idempotency_ttl_s, epoch_candidate, now_us]
-    for record in plan.records:  # RECORD_WIDTH values each, from FIRST_RECORD
-        args += [
+    records: list[Any] = []
+    for record in plan.records:  # RECORD_WIDTH values each
+        records += [
             record.time_us,
             record.loc,
             record.change,
@@ -55,7 +61,17 @@ def append_call(
             record.state_xml or "",
             record.entry_json,
         ]
-    return Call([k.stream, k.meta, k.state, idem], args)
+    return Call(
+        {"stream": k.stream, "meta": k.meta, "state": k.state, "idem": idem},
+        {
+            "count": len(plan.records),
+            "has_idem": has_idem,
+            "idem_ttl": idempotency_ttl_s,
+            "epoch_candidate": epoch_candidate,
+            "now_us": now_us,
+        },
+        records,
+    )
 
 
 def seed_call(
@@ -68,10 +84,20 @@ def seed_call(
     now_us: int,
 ) -> Call:
     has_idem, idem = _idempotency(k, idempotency_key)
-    args: list[Any] = [has_idem, idempotency_ttl_s, epoch_candidate, now_us, plan.at_us]
-    for loc, xml in plan.state.items():  # pairs from FIRST_PAIR
-        args += [loc, xml]
-    return Call([k.meta, k.state, idem], args)
+    pairs: list[Any] = []
+    for loc, xml in plan.state.items():
+        pairs += [loc, xml]
+    return Call(
+        {"meta": k.meta, "state": k.state, "idem": idem},
+        {
+            "has_idem": has_idem,
+            "idem_ttl": idempotency_ttl_s,
+            "epoch_candidate": epoch_candidate,
+            "now_us": now_us,
+            "at_us": plan.at_us,
+        },
+        pairs,
+    )
 
 
 def rotate_call(
@@ -88,24 +114,24 @@ def rotate_call(
     now_us: int,
 ) -> Call:
     return Call(
-        [k.meta, k.closed, k.closed_list(number), k.lease],
-        [
-            token,
-            expected_open_start,
-            new_open_start,
-            until_us,
-            closed_count,
-            xml,
-            record,
-            number,
-            now_us,
-        ],
+        {"meta": k.meta, "closed": k.closed, "closed_n": k.closed_list(number), "lease": k.lease},
+        {
+            "token": token,
+            "expected_open_start": expected_open_start,
+            "new_open_start": new_open_start,
+            "until_us": until_us,
+            "closed_count": closed_count,
+            "xml": xml,
+            "record": record,
+            "number": number,
+            "now_us": now_us,
+        },
     )
 
 
 def snapshot_call(k: TopicKeys) -> Call:
-    return Call([k.meta, k.state], [])
+    return Call({"meta": k.meta, "state": k.state}, {})
 
 
 def lease_call(k: TopicKeys, *, token: str, ttl_ms: int) -> Call:
-    return Call([k.lease], [token, ttl_ms])
+    return Call({"lease": k.lease}, {"token": token, "ttl_ms": ttl_ms})

@@ -168,7 +168,7 @@ class TopicStore:
 
     @staticmethod
     async def _run(script: AsyncScript, call: scripts.Call) -> Any:
-        return await script(keys=call.keys, args=call.args)
+        return await script(keys=list(call.keys.values()), args=call.argv)
 
     async def append(
         self,
