@@ -2,7 +2,7 @@
 
 ::
 
-    HubError                      code, message
+    HubError                      code, message, violations (empty but for IngestError)
     ├── AuthError                 topic
     │   ├── Unauthenticated       unauthenticated
     │   └── Forbidden             forbidden (+ source)
