@@ -1,1 +1,3 @@
-"""The rspush hub (ingest, Redis streams, push, materialised pull documents): see issue 3."""
+"""The rspush hub: Sources post changes (:mod:`.app`, :mod:`.service`), kept in Redis streams
+(:mod:`.store`), published as ResourceSync documents (:mod:`.documents`) and pushed to
+subscribers (:mod:`.push`). Errors: :mod:`.errors`."""

@@ -1,6 +1,8 @@
 """The hub's HTTP edge (Starlette): ingest endpoints, the materialised documents, health and
-metrics. Handlers only move bytes: checks live in :mod:`hub.ingest`, storage in
-:mod:`hub.store`, documents in :mod:`hub.documents`.
+metrics. Handlers only translate: what a post means goes to :mod:`.service`, documents come
+from :mod:`.documents` and are answered by :mod:`.serving`, and every
+:class:`.errors.HubError` becomes a JSON answer in :func:`error_response`, the one place that
+knows HTTP statuses.
 
 Ingest endpoints:
 
@@ -13,7 +15,8 @@ Ingest endpoints:
 
 All need ``Authorization: Bearer <token>`` (401 without a valid one, 403 for a topic the
 Source may not post to). An ``Idempotency-Key`` header makes a retry return the first receipt
-without writing again. Errors are JSON: ``{"error", "message", "violations": [...]}``.
+without writing again. Errors of posts are JSON ``{"error", "message", "violations": [...]}``;
+errors of reads are ``{"error", "message"}``.
 """
 
 from __future__ import annotations
@@ -22,33 +25,53 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime, parsedate_to_datetime
+from datetime import UTC, datetime
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rspush.protocol import PUSH_REL
 from rspush.resourcesync.w3cdt import to_us
 
-from .auth import bearer, find_source
-from .documents import DocumentService, NotFound, Served
-from .ingest import IngestError, parse_fragment, plan_changes, plan_seed
+from .auth import bearer
+from .documents import DocumentService, Served
+from .errors import Code, HubError, NotFound, RequestError, StoreUnavailable
 from .materialise import Urls
 from .metrics import HubMetrics
 from .rotation import RotationPolicy, Rotator
+from .service import IngestService
+from .serving import XML, serve
 from .settings import Settings
 from .store import TopicStore
 
-XML = "application/xml"
-STAMP_RETRIES = 5
-SETTLE = timedelta(seconds=1)
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel\s*=\s*"?([^";,]+)"?')
+
+HTTP_STATUS: dict[Code, int] = {
+    Code.UNAUTHENTICATED: 401,
+    Code.FORBIDDEN: 403,
+    Code.NOT_FOUND: 404,
+    Code.UNKNOWN_TOPIC: 404,
+    Code.BODY_TOO_LARGE: 413,
+    Code.BAD_IDEMPOTENCY_KEY: 400,
+    Code.CONTENT_TYPE: 415,
+    Code.LINK_HEADER: 400,
+    Code.UNSAFE_XML: 400,
+    Code.DOCUMENT_TOO_LARGE: 413,
+    Code.MALFORMED_XML: 400,
+    Code.WRONG_NAMESPACE: 400,
+    Code.NOT_RESOURCESYNC: 400,
+    Code.INVALID_DOCUMENT: 400,
+    Code.WRONG_CAPABILITY: 400,
+    Code.EMPTY: 400,
+    Code.TOO_MANY_ENTRIES: 413,
+    Code.FUTURE_CHANGE_TIME: 400,
+    Code.FORWARD_ORDER: 400,
+    Code.CHANGE_TIME_BACKWARDS: 409,
+    Code.STORE_UNAVAILABLE: 503,
+}
+"""The HTTP status of every error code."""
 
 
 class Hub:
@@ -61,6 +84,7 @@ class Hub:
         self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.metrics = HubMetrics()
         self.metrics.declare_topics([t.name for t in settings.topics])
+        self.ingest = IngestService(settings, self.store, self.metrics)
         names = [t.name for t in settings.topics]
         self.documents = DocumentService(
             self.store,
@@ -99,6 +123,7 @@ class Hub:
 def build_app(hub: Hub) -> Starlette:
     settings = hub.settings
     limits = settings.limits
+    base_url = settings.hub.base_url
 
     def timed(
         route: str, handler: Callable[[Request], Awaitable[Response]]
@@ -112,185 +137,91 @@ def build_app(hub: Hub) -> Starlette:
 
         return wrapper
 
-    def reject(error: IngestError) -> JSONResponse:
-        hub.metrics.rejected.labels(error.code).inc()
+    async def error_response(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HubError)  # registered for HubError only
+        status = HTTP_STATUS[exc.code]
         # RFC 6750 §3: a 401 names the scheme the client must use.
-        headers = {"WWW-Authenticate": 'Bearer realm="rspush"'} if error.status == 401 else None
-        return JSONResponse(error.as_json(), status_code=error.status, headers=headers)
+        headers = {"WWW-Authenticate": 'Bearer realm="rspush"'} if status == 401 else None
+        body = exc.as_json()
+        if request.method == "POST":  # the ingest endpoints: counted, with violations
+            hub.metrics.rejected.labels(exc.code).inc()
+        else:
+            del body["violations"]
+        return JSONResponse(body, status_code=status, headers=headers)
 
-    def authorise(request: Request, topic: str) -> None:
-        token = bearer(request.headers.get("authorization"))
-        if token is None:
-            raise IngestError(401, "unauthenticated", "missing 'Authorization: Bearer <token>'")
-        source = find_source(settings.sources, token)
-        if source is None:
-            raise IngestError(401, "unauthenticated", "unknown token")
-        if settings.topic(topic) is None:
-            raise IngestError(404, "unknown-topic", f"no topic {topic!r} on this hub")
-        if topic not in source.topics:
-            raise IngestError(
-                403, "forbidden", f"source {source.name!r} may not post to topic {topic!r}"
-            )
+    def body_reader(request: Request) -> Callable[[], Awaitable[bytes]]:
+        """The request body, refused past ``max_body_bytes`` (declared or streamed)."""
 
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-            raise IngestError(
-                413, "body-too-large", f"body is {declared} bytes; limit {limits.max_body_bytes}"
-            )
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limits.max_body_bytes:
-                raise IngestError(
-                    413, "body-too-large", f"body exceeds the limit of {limits.max_body_bytes}"
-                )
-        return bytes(body)
+        async def read() -> bytes:
+            limit = limits.max_body_bytes
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise RequestError(Code.BODY_TOO_LARGE, f"body is {declared} bytes; limit {limit}")
+            body = bytearray()
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise RequestError(Code.BODY_TOO_LARGE, f"body exceeds the limit of {limit}")
+            return bytes(body)
 
-    def idempotency_key(request: Request) -> str | None:
-        key = request.headers.get("idempotency-key")
-        if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
-            raise IngestError(
-                400, "bad-idempotency-key", "Idempotency-Key: 1-200 printable ASCII characters"
-            )
-        return key
+        return read
 
-    async def ingest(request: Request, topic: str, *, seed: bool) -> dict[str, object]:
-        authorise(request, topic)
-        key = idempotency_key(request)
-        body = await read_body(request)
-        document = parse_fragment(body, max_bytes=limits.max_body_bytes)
-        now = datetime.now(UTC)
-        try:
-            if seed:
-                seed_plan = plan_seed(
-                    document,
-                    max_entries=1_000_000,
-                    now=now,
-                    future_tolerance=timedelta(seconds=limits.future_tolerance_s),
-                )
-                receipt, replayed = await hub.store.seed(
-                    topic,
-                    seed_plan,
-                    now_us=to_us(now),
-                    idempotency_key=key,
-                    idempotency_ttl_s=limits.idempotency_ttl_s,
-                )
-            else:
-                for attempt in range(STAMP_RETRIES):
-                    plan = plan_changes(
-                        document,
-                        now=now,
-                        max_entries=limits.max_entries_per_request,
-                        future_tolerance=timedelta(seconds=limits.future_tolerance_s),
-                    )
-                    try:
-                        receipt, replayed = await hub.store.append(
-                            topic,
-                            plan,
-                            now_us=to_us(now),
-                            idempotency_key=key,
-                            idempotency_ttl_s=limits.idempotency_ttl_s,
-                        )
-                        break
-                    except IngestError as error:
-                        # Hub-stamped times can lose a race with a concurrent request:
-                        # stamp again (the hub chose those times) and retry.
-                        if error.status != 409 or not plan.stamped or attempt + 1 == STAMP_RETRIES:
-                            raise
-                        now = datetime.now(UTC)
-                if not replayed:
-                    hub.metrics.accepted.labels(topic).inc(len(plan.records))
-        except RedisError as exc:
-            raise IngestError(503, "store-unavailable", f"Redis: {exc}") from exc
-        receipt["topic"] = topic
-        receipt["replayed"] = replayed
-        return receipt
+    def token(request: Request) -> str | None:
+        return bearer(request.headers.get("authorization"))
 
     async def post_changes(request: Request) -> Response:
-        try:
-            receipt = await ingest(request, request.path_params["topic"], seed=False)
-        except IngestError as error:
-            return reject(error)
+        receipt = await hub.ingest.changes(
+            token=token(request),
+            topic=request.path_params["topic"],
+            idempotency_key=request.headers.get("idempotency-key"),
+            body=body_reader(request),
+        )
         return JSONResponse(receipt, status_code=202)
 
     async def post_baseline(request: Request) -> Response:
-        try:
-            receipt = await ingest(request, request.path_params["topic"], seed=True)
-        except IngestError as error:
-            return reject(error)
+        receipt = await hub.ingest.baseline(
+            token=token(request),
+            topic=request.path_params["topic"],
+            idempotency_key=request.headers.get("idempotency-key"),
+            body=body_reader(request),
+        )
         return JSONResponse(receipt, status_code=202)
 
     async def post_hub(request: Request) -> Response:
         """Change notification spec §4.1: the topic comes from the Link rel="self"."""
-        try:
-            content_type = request.headers.get("content-type", "").split(";")[0].strip()
-            if content_type != XML:
-                raise IngestError(415, "content-type", "Content-Type must be application/xml")
-            links = {
-                rel.strip(): href.strip()
-                for href, rel in _LINK.findall(", ".join(request.headers.getlist("link")))
-            }
-            self_uri = links.get("self")
-            prefix = f"{settings.hub.base_url}/topics/"
-            if self_uri is None or links.get("hub") != f"{settings.hub.base_url}/hub":
-                raise IngestError(
-                    400,
-                    "link-header",
-                    f'Link header needs <topic URI>; rel="self" and '
-                    f'<{settings.hub.base_url}/hub>; rel="hub"',
-                )
-            if not self_uri.startswith(prefix):
-                raise IngestError(404, "unknown-topic", f"{self_uri} is not a topic of this hub")
-            receipt = await ingest(request, self_uri.removeprefix(prefix).rstrip("/"), seed=False)
-        except IngestError as error:
-            return reject(error)
-        return JSONResponse(receipt, status_code=200)
-
-    def serve(request: Request, served: Served, topic: str | None) -> Response:
-        headers = {"ETag": served.etag}
-        links = []
-        if topic is not None:
-            capability_list = Urls(settings.hub.base_url, topic).capability_list
-            links.append(f'<{capability_list}>; rel="resourcesync"')
-        if hub.push_url is not None:
-            # The push endpoint, so rs-subscribe needs only the Source's URL (protocol.md).
-            links.append(f'<{hub.push_url}>; rel="{PUSH_REL}"')
-        if links:
-            headers["Link"] = ", ".join(links)
-        if served.last_modified is not None and _settled(served.last_modified):
-            headers["Last-Modified"] = format_datetime(served.last_modified, usegmt=True)
-        headers["Cache-Control"] = (
-            "public, max-age=31536000, immutable" if served.immutable else "no-cache"
+        links = {
+            rel.strip(): href.strip()
+            for href, rel in _LINK.findall(", ".join(request.headers.getlist("link")))
+        }
+        receipt = await hub.ingest.notify(
+            token=token(request),
+            media_type=request.headers.get("content-type", "").split(";")[0].strip(),
+            links=links,
+            idempotency_key=request.headers.get("idempotency-key"),
+            body=body_reader(request),
         )
-        if _not_modified(request, served):
-            return Response(status_code=304, headers=headers)
-        return Response(served.body, media_type=XML, headers=headers)
+        return JSONResponse(receipt, status_code=200)
 
     def document(
         build: Callable[[Request, str], Awaitable[Served]],
     ) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             topic = request.path_params["topic"]
-            try:
-                served = await build(request, topic)
-            except NotFound as exc:
-                return JSONResponse({"error": "not-found", "message": str(exc)}, 404)
-            except RedisError as exc:
-                return JSONResponse({"error": "store-unavailable", "message": str(exc)}, 503)
-            return serve(request, served, topic)
+            served = await build(request, topic)
+            return serve(request, served, base_url=base_url, topic=topic, push_url=hub.push_url)
 
         return handler
 
     async def well_known(request: Request) -> Response:
-        return serve(request, hub.documents.source_description(), None)
+        served = hub.documents.source_description()
+        return serve(request, served, base_url=base_url, topic=None, push_url=hub.push_url)
 
     async def topic_uri(request: Request) -> Response:
         """Notification spec §4.1: 200, application/xml, Link self + hub; no content."""
         topic = request.path_params["topic"]
         if settings.topic(topic) is None:
-            return JSONResponse({"error": "not-found", "message": f"no topic {topic!r}"}, 404)
-        urls = Urls(settings.hub.base_url, topic)
+            raise NotFound(f"no topic {topic!r}", topic=topic)
+        urls = Urls(base_url, topic)
         return Response(
             b"",
             media_type=XML,
@@ -306,8 +237,8 @@ def build_app(hub: Hub) -> Starlette:
 
     async def readyz(request: Request) -> Response:
         try:
-            await hub.redis.ping()
-        except (RedisError, OSError) as exc:
+            await hub.store.ping()
+        except (StoreUnavailable, OSError) as exc:
             return JSONResponse({"status": "unavailable", "redis": str(exc)}, 503)
         return JSONResponse({"status": "ready"})
 
@@ -315,7 +246,7 @@ def build_app(hub: Hub) -> Starlette:
         for topic in hub.documents.topics:
             try:
                 hub.metrics.stream_length.labels(topic).set(await hub.store.stream_length(topic))
-            except RedisError:
+            except StoreUnavailable:
                 break
         return Response(hub.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -374,33 +305,6 @@ def build_app(hub: Hub) -> Starlette:
         finally:
             await hub.stop()
 
-    return Starlette(routes=routes, lifespan=lifespan)
-
-
-def _not_modified(request: Request, served: Served) -> bool:
-    """RFC 9110 §13.1: If-None-Match decides when present; else If-Modified-Since."""
-    if_none_match = request.headers.get("if-none-match")
-    if if_none_match is not None:
-        return served.etag in _etags(if_none_match) or if_none_match.strip() == "*"
-    since = request.headers.get("if-modified-since")
-    if since is None or served.last_modified is None:
-        return False
-    try:
-        moment = parsedate_to_datetime(since)
-    except (TypeError, ValueError):
-        return False
-    # HTTP dates have whole seconds; a Last-Modified is only ever sent once its second is
-    # over (_settled), so no later change can share the second it names.
-    return _settled(served.last_modified) and served.last_modified.replace(microsecond=0) <= moment
-
-
-def _settled(modified: datetime) -> bool:
-    """True once the whole second of ``modified`` has passed. Versions are stamped by the
-    Redis server's clock: with a remote Redis, keep the two clocks in sync (NTP)."""
-    return datetime.now(UTC) - modified.replace(microsecond=0) >= SETTLE
-
-
-def _etags(header: str | None) -> set[str]:
-    if not header:
-        return set()
-    return {part.strip().removeprefix("W/") for part in header.split(",")}
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HubError: error_response}
+    )

@@ -14,6 +14,7 @@ from datetime import datetime
 from rspush.resourcesync.w3cdt import from_us
 
 from . import materialise as m
+from .errors import NotFound
 from .store import TopicStore
 
 
@@ -26,10 +27,6 @@ class Served:
 
 
 CLOSED_CACHE = 16  # closed Change Lists kept in memory (each up to 50,000 entries)
-
-
-class NotFound(Exception):
-    pass
 
 
 class DocumentService:
@@ -60,7 +57,7 @@ class DocumentService:
 
     def urls(self, topic: str) -> m.Urls:
         if topic not in self.topics:
-            raise NotFound(f"no topic {topic!r}")
+            raise NotFound(f"no topic {topic!r}", topic=topic)
         return m.Urls(self.base_url, topic)
 
     def source_description(self) -> Served:
@@ -107,7 +104,7 @@ class DocumentService:
             return cached
         body = await self.store.closed_xml(topic, number)
         if body is None:
-            raise NotFound(f"no closed Change List {number} in topic {topic!r}")
+            raise NotFound(f"no closed Change List {number} in topic {topic!r}", topic=topic)
         meta = await self.store.meta(topic)
         served = Served(body, f'"{meta.epoch}-closed-{number}"', None, immutable=True)
         # Closed lists never change: keep the most recent few in memory.
@@ -135,7 +132,7 @@ class DocumentService:
         if part is None:
             return Served(main, etag, None)
         if part not in parts:
-            raise NotFound(f"no Change List Archive part {part}")
+            raise NotFound(f"no Change List Archive part {part}", topic=topic)
         return Served(parts[part], etag, None)
 
     async def resource_list(self, topic: str, part: int | None = None) -> Served:
@@ -158,7 +155,7 @@ class DocumentService:
         assert isinstance(built, dict)
         number = -1 if part is None else part
         if number not in built:
-            raise NotFound(f"no Resource List part {part}")
+            raise NotFound(f"no Resource List part {part}", topic=topic)
         return Served(built[number], f'"{cached[0]}-rl-{part}"', self._modified[key])
 
 

@@ -4,8 +4,7 @@
 It listens on a Unix socket inside the data dir only (no TCP port, so nothing else on the
 machine can reach it and no port can collide). ``appendfsync`` is ``everysec`` (at most about
 one second of acknowledged writes lost if the *machine* crashes; nothing lost if only the hub
-or the server process dies) or ``always`` (fsync before every reply; slower). See
-docs/operations.md.
+or the server process dies) or ``always`` (fsync before every reply; slower). See docs/hub.md.
 """
 
 from __future__ import annotations

@@ -11,11 +11,15 @@ ResourceSync 1.0 or 1.1) or a change notification (``change-notification``, or t
   hub's acceptance time ``now``;
 - change times are in forward order and not more than ``future_tolerance`` ahead of ``now``.
 
-**Policy for change times that go backwards** (docs/ingest.md): a fragment whose first change
-is earlier than the last change the topic accepted is *rejected* (409) with both times in the
-message, never clamped: clamping would publish a time the Source never said. The comparison
-with the topic's last change happens inside the atomic append (store.py), so concurrent
-posters cannot interleave out of order.
+**Policy for change times that go backwards**: a fragment whose first change is earlier than
+the last change the topic accepted is *rejected* (:class:`.errors.ChangeTimeBackwards`) with
+both times in the message, never clamped: clamping would publish a time the Source never
+said, and Change Lists list changes in forward chronological order (ResourceSync 1.1 §12.1).
+The comparison with the topic's last change happens inside the atomic append (:mod:`.store`),
+so concurrent posters cannot interleave out of order.
+
+Every rejection here is a :class:`.errors.DocumentRejected` with its code; the HTTP status is
+the edge's business.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from rspush.resourcesync import (
     Entry,
     Metadata,
     Severity,
-    Violation,
     parse_document,
     validate,
 )
 from rspush.resourcesync.serialiser import serialise_entry
 from rspush.resourcesync.w3cdt import to_us
+
+from .errors import Code, DocumentRejected
 
 CHANGE_CAPABILITIES = frozenset(
     {
@@ -48,30 +53,6 @@ CHANGE_CAPABILITIES = frozenset(
 )
 # The hub assigns from/until to what it publishes; a fragment need not carry them.
 _RELAXED_RULES = frozenset({"time-from-missing", "time-until-missing"})
-
-
-class IngestError(Exception):
-    """A request that writes nothing. ``status`` is the HTTP status to answer with."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        violations: list[Violation] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.violations = violations or []
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "error": self.code,
-            "message": self.message,
-            "violations": [v.model_dump(mode="json") for v in self.violations],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,21 +97,20 @@ def parse_fragment(body: bytes, *, max_bytes: int) -> Document:
     try:
         return parse_document(body, max_bytes=max_bytes)
     except DocumentError as exc:
-        status = 413 if exc.__class__.__name__ == "DocumentTooLargeError" else 400
-        raise IngestError(status, _error_code(exc), str(exc)) from exc
+        raise DocumentRejected(_error_code(exc), str(exc)) from exc
 
 
 _ERROR_CODES = {
-    "UnsafeXMLError": "unsafe-xml",
-    "DocumentTooLargeError": "document-too-large",
-    "MalformedXMLError": "malformed-xml",
-    "WrongNamespaceError": "wrong-namespace",
-    "NotResourceSyncError": "not-resourcesync",
+    "UnsafeXMLError": Code.UNSAFE_XML,
+    "DocumentTooLargeError": Code.DOCUMENT_TOO_LARGE,
+    "MalformedXMLError": Code.MALFORMED_XML,
+    "WrongNamespaceError": Code.WRONG_NAMESPACE,
+    "NotResourceSyncError": Code.NOT_RESOURCESYNC,
 }
 
 
-def _error_code(exc: DocumentError) -> str:
-    return _ERROR_CODES.get(type(exc).__name__, "invalid-document")
+def _error_code(exc: DocumentError) -> Code:
+    return _ERROR_CODES.get(type(exc).__name__, Code.INVALID_DOCUMENT)
 
 
 def _reject_violations(document: Document, relaxed: frozenset[str]) -> None:
@@ -139,11 +119,12 @@ def _reject_violations(document: Document, relaxed: frozenset[str]) -> None:
     ]
     if errors:
         first = errors[0]
-        raise IngestError(
-            400,
-            "invalid-document",
+        raise DocumentRejected(
+            Code.INVALID_DOCUMENT,
             f"{len(errors)} rule violation(s); first: {first}",
             errors,
+            entry=first.entry,
+            rule=first.rule,
         )
 
 
@@ -154,20 +135,18 @@ def plan_changes(
     max_entries: int,
     future_tolerance: timedelta,
 ) -> IngestPlan:
-    """Check a parsed change fragment and turn it into records (or raise IngestError)."""
+    """Check a parsed change fragment and turn it into records (or raise DocumentRejected)."""
     if document.capability not in CHANGE_CAPABILITIES or document.is_index:
-        raise IngestError(
-            400,
-            "wrong-capability",
+        raise DocumentRejected(
+            Code.WRONG_CAPABILITY,
             f"expected a Change List fragment (<urlset>, capability 'changelist') or a change "
             f"notification; got <{document.root}> capability={document.capability!r}",
         )
     if not document.entries:
-        raise IngestError(400, "empty", "the fragment lists no changes")
+        raise DocumentRejected(Code.EMPTY, "the fragment lists no changes")
     if len(document.entries) > max_entries:
-        raise IngestError(
-            413,
-            "too-many-entries",
+        raise DocumentRejected(
+            Code.TOO_MANY_ENTRIES,
             f"{len(document.entries)} entries; at most {max_entries} per request",
         )
     _reject_violations(document, _RELAXED_RULES)
@@ -180,20 +159,20 @@ def plan_changes(
         stamped = stamped or entry.change_time is None
         moment = entry.change_time or now
         if moment > latest_allowed:
-            raise IngestError(
-                400,
-                "future-change-time",
+            raise DocumentRejected(
+                Code.FUTURE_CHANGE_TIME,
                 f"entry {index}: change time {moment.isoformat()} is more than "
                 f"{future_tolerance.total_seconds():.0f} s ahead of the hub's clock",
+                entry=index,
             )
         if previous is not None and moment < previous:
             note = "" if entry.change_time else " (it had no time; the hub stamped it now)"
-            raise IngestError(
-                400,
-                "forward-order",
+            raise DocumentRejected(
+                Code.FORWARD_ORDER,
                 f"entry {index}: change time {moment.isoformat()}{note} is before entry "
                 f"{index - 1}'s {previous.isoformat()}; give every entry a datetime in forward "
                 "chronological order",
+                entry=index,
             )
         previous = moment
         records.append(_record(entry, moment))
@@ -248,24 +227,22 @@ def plan_seed(
 ) -> SeedPlan:
     """Check a posted Resource List (the topic's baseline) and turn it into state."""
     if document.capability != Capability.RESOURCELIST or document.is_index:
-        raise IngestError(
-            400,
-            "wrong-capability",
+        raise DocumentRejected(
+            Code.WRONG_CAPABILITY,
             f"a baseline is a Resource List (<urlset>, capability 'resourcelist'); got "
             f"<{document.root}> capability={document.capability!r}",
         )
     if len(document.entries) > max_entries:
-        raise IngestError(
-            413, "too-many-entries", f"{len(document.entries)} entries; at most {max_entries}"
+        raise DocumentRejected(
+            Code.TOO_MANY_ENTRIES, f"{len(document.entries)} entries; at most {max_entries}"
         )
     _reject_violations(document, frozenset())
     at = document.md.at
     assert at is not None  # validate() reports time-at-missing as an error
     if now is not None and at > now + future_tolerance:
         # A future `at` would make every real change until then "go backwards".
-        raise IngestError(
-            400,
-            "future-change-time",
+        raise DocumentRejected(
+            Code.FUTURE_CHANGE_TIME,
             f"the Resource List's at {at.isoformat()} is more than "
             f"{future_tolerance.total_seconds():.0f} s ahead of the hub's clock",
         )

@@ -1,4 +1,4 @@
-"""Every Redis key the hub uses, from one place (house style §3).
+"""Every Redis key the hub uses, from one place.
 
 A topic's keys share the hash tag ``{topic}`` so they live in one Redis Cluster slot: the
 Lua scripts that append changes and rotate Change Lists touch several of them atomically.

@@ -2,7 +2,7 @@
 
 Precedence, highest first: command-line options (applied by the CLI), environment variables
 (``RSPUSH_HUB__BASE_URL``, ``RSPUSH_REDIS_URL``, …; nested fields use ``__``), the TOML file,
-the defaults below. Limits are named constants overridable here (house style §4).
+the defaults below. Limits are named constants, each overridable here.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     """None: start the embedded server under data_dir."""
     redis_prefix: str = "rs"
     appendfsync: Literal["always", "everysec"] = "everysec"
-    """Embedded server only: AOF fsync policy (see docs/operations.md)."""
+    """Embedded server only: AOF fsync policy (see :mod:`.embedded` and docs/hub.md)."""
     rotation_interval_s: float = Field(1.0, gt=0)
     lease_ttl_s: float = Field(10.0, gt=0)
 

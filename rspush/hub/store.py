@@ -5,160 +5,58 @@ Every write is one Lua script touching only one topic's keys (one hash slot), so
 on a single server and on a Redis Cluster alike: a request that fails writes nothing, and
 concurrent posters are serialised by the server. The script checks the idempotency key and
 the backwards-time policy *inside* the same atomic step as the append.
+
+The scripts and the functions building their arguments are in :mod:`.scripts`.
+
+Every public coroutine of :class:`TopicStore` raises :class:`.errors.StoreUnavailable` (from the
+``RedisError``) when Redis fails: callers never see redis-py's exceptions.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 
 from rspush.protocol import ZERO, Position, PushedChange, SinceLookup
 from rspush.resourcesync.w3cdt import from_us, to_us
 
-from .ingest import IngestError, IngestPlan, SeedPlan
+from . import scripts
+from .errors import ChangeTimeBackwards, StoreUnavailable
+from .ingest import IngestPlan, SeedPlan
 from .keys import TopicKeys
 
-# Last-Modified of the documents: the Redis server's clock, the same for every hub process.
-_SERVER_NOW = """
-local function server_now()
-  local t = redis.call('TIME')
-  return t[1] .. string.format('%06d', tonumber(t[2]))  -- exact: no float formatting
-end
-"""
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_C = TypeVar("_C", bound=type)
 
-# KEYS: stream, meta, state, idempotency (or the meta key again when there is none)
-# ARGV: n, has_idem, idem_ttl, epoch_candidate, now_us, then n x (time_us, loc, change,
-#       entry_xml, state_xml, entry_json)
-_APPEND = """
-local stream, meta, state, idem = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-{SERVER_NOW}
-local n = tonumber(ARGV[1])
-if ARGV[2] == '1' then
-  local seen = redis.call('GET', idem)
-  if seen then return {'dup', seen} end
-end
--- Times are integers below 2^53: exact as Lua numbers; returned as the stored string.
-local last_raw = redis.call('HGET', meta, 'last_t') or '0'
-if tonumber(ARGV[6]) < tonumber(last_raw) then return {'backwards', last_raw} end
-if redis.call('HSETNX', meta, 'epoch', ARGV[4]) == 1 then
-  redis.call('HSET', meta, 'created', ARGV[5])
-end
--- The first list covers the topic from its start, not from its first change: a Resource
--- List served before any change (at = creation or seed time) must be continued by it.
-if redis.call('HEXISTS', meta, 'open_from') == 0 then
-  local from = ARGV[6]
-  for _, field in ipairs({'created', 'state_at'}) do
-    local t = redis.call('HGET', meta, field)
-    if t and tonumber(t) < tonumber(from) then from = t end
-  end
-  redis.call('HSET', meta, 'open_from', from)
-end
-redis.call('HSETNX', meta, 'open_since', ARGV[5])
-local first_id, last_id
-for i = 0, n - 1 do
-  local b = 6 + i * 6
-  local id = redis.call('XADD', stream, '*', 't', ARGV[b], 'loc', ARGV[b + 1],
-                        'ch', ARGV[b + 2], 'x', ARGV[b + 3], 'j', ARGV[b + 5])
-  if i == 0 then first_id = id end
-  last_id = id
-  if ARGV[b + 2] == 'deleted' then
-    redis.call('HDEL', state, ARGV[b + 1])
-  else
-    redis.call('HSET', state, ARGV[b + 1], ARGV[b + 4])
-  end
-end
-redis.call('HSET', meta, 'last_t', ARGV[6 + (n - 1) * 6])
-redis.call('HINCRBY', meta, 'open_count', n)
-redis.call('HINCRBY', meta, 'version', 1)
-redis.call('HSET', meta, 'modified', server_now())
-local epoch = redis.call('HGET', meta, 'epoch')
-local receipt = cjson.encode({accepted = n, first = first_id, last = last_id, epoch = epoch})
-if ARGV[2] == '1' then redis.call('SET', idem, receipt, 'EX', tonumber(ARGV[3])) end
-return {'ok', receipt}
-"""
 
-# KEYS: meta, state, idempotency-or-meta; ARGV: has_idem, idem_ttl, epoch, now_us, at_us,
-#       then pairs loc, xml
-_SEED = """
-local meta, state, idem = KEYS[1], KEYS[2], KEYS[3]
-{SERVER_NOW}
-if ARGV[1] == '1' then
-  local seen = redis.call('GET', idem)
-  if seen then return {'dup', seen} end
-end
-local last_raw = redis.call('HGET', meta, 'last_t') or '0'
-if tonumber(ARGV[5]) < tonumber(last_raw) then return {'backwards', last_raw} end
-if redis.call('HSETNX', meta, 'epoch', ARGV[3]) == 1 then
-  redis.call('HSET', meta, 'created', ARGV[4])
-end
-redis.call('DEL', state)
-local count = 0
-for i = 6, #ARGV, 2 do
-  redis.call('HSET', state, ARGV[i], ARGV[i + 1])
-  count = count + 1
-end
-redis.call('HSET', meta, 'last_t', ARGV[5], 'state_at', ARGV[5])
-redis.call('HSETNX', meta, 'open_from', ARGV[5])
-redis.call('HINCRBY', meta, 'version', 1)
-redis.call('HSET', meta, 'modified', server_now())
-local epoch = redis.call('HGET', meta, 'epoch')
-local receipt = cjson.encode({seeded = count, at = ARGV[5], epoch = epoch})
-if ARGV[1] == '1' then redis.call('SET', idem, receipt, 'EX', tonumber(ARGV[2])) end
-return {'ok', receipt}
-"""
+def _translated(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    @functools.wraps(method)
+    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(*args, **kwargs)
+        except RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
 
-# KEYS: meta, closed, closed_n, lease
-# ARGV: token, expected_open_start, new_open_start, until_us, count, xml, record, number,
-#       now_us
-_ROTATE = """
-local meta, closed, closed_n, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-{SERVER_NOW}
-if redis.call('GET', lease) ~= ARGV[1] then return 'lost-lease' end
-if (redis.call('HGET', meta, 'open_start') or '0-0') ~= ARGV[2] then return 'moved' end
-if redis.call('LLEN', closed) ~= tonumber(ARGV[8]) then return 'moved' end
-redis.call('SET', closed_n, ARGV[6])
-redis.call('RPUSH', closed, ARGV[7])
-redis.call('HSET', meta, 'open_start', ARGV[3], 'open_from', ARGV[4])
-local left = redis.call('HINCRBY', meta, 'open_count', -tonumber(ARGV[5]))
--- The age of the open list counts from its first change (hub clock).
-if left > 0 then redis.call('HSET', meta, 'open_since', ARGV[9])
-else redis.call('HDEL', meta, 'open_since') end
-redis.call('HINCRBY', meta, 'version', 1)
-redis.call('HSET', meta, 'modified', server_now())
-return 'ok'
-"""
+    return wrapper
 
-# KEYS: meta, state. One consistent snapshot (a script is atomic on a Cluster too, where
-# MULTI pipelines are not available).
-_SNAPSHOT = """
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
-"""
 
-# KEYS: stream, meta; ARGV: minid. Trim, remembering the last id removed and its time.
-_TRIM = """
-local last = redis.call('XREVRANGE', KEYS[1], '(' .. ARGV[1], '-', 'COUNT', 1)
-if #last == 0 then return 0 end
-local fields = last[1][2]
-local t = '0'
-for i = 1, #fields, 2 do if fields[i] == 't' then t = fields[i + 1] end end
-redis.call('HSET', KEYS[2], 'trimmed_through', last[1][1], 'trimmed_through_t', t)
-return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
-"""
-
-# Lease: set if absent or renew if ours. KEYS: lease; ARGV: token, ttl_ms
-_LEASE = """
-local holder = redis.call('GET', KEYS[1])
-if holder == false or holder == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
-  return 1
-end
-return 0
-"""
+def _store_boundary(cls: _C) -> _C:
+    """Wrap every public coroutine method of ``cls`` with :func:`_translated`."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(member):
+            setattr(cls, name, _translated(member))
+    return cls
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,21 +162,29 @@ def _meta(raw: Any) -> TopicMeta:
     )
 
 
+@_store_boundary
 class TopicStore:
     """Reads and writes of one hub process, for all topics, over one Redis client."""
 
     def __init__(self, redis: Redis, *, prefix: str = "rs") -> None:
         self.redis = redis
         self.prefix = prefix
-        self._append = redis.register_script(_APPEND.replace("{SERVER_NOW}", _SERVER_NOW))
-        self._seed = redis.register_script(_SEED.replace("{SERVER_NOW}", _SERVER_NOW))
-        self._rotate = redis.register_script(_ROTATE.replace("{SERVER_NOW}", _SERVER_NOW))
-        self._lease = redis.register_script(_LEASE)
-        self._snapshot = redis.register_script(_SNAPSHOT)
-        self._trim = redis.register_script(_TRIM)
+        self._append = redis.register_script(scripts.load("append", server_now=True))
+        self._seed = redis.register_script(scripts.load("seed", server_now=True))
+        self._rotate = redis.register_script(scripts.load("rotate", server_now=True))
+        self._lease = redis.register_script(scripts.load("lease"))
+        self._snapshot = redis.register_script(scripts.load("snapshot"))
+        self._trim = redis.register_script(scripts.load("trim"))
 
     def keys(self, topic: str) -> TopicKeys:
         return TopicKeys(self.prefix, topic)
+
+    async def ping(self) -> None:
+        await self.redis.ping()
+
+    @staticmethod
+    async def _run(script: AsyncScript, call: scripts.Call) -> Any:
+        return await script(keys=list(call.keys.values()), args=call.argv)
 
     async def append(
         self,
@@ -290,26 +196,15 @@ class TopicStore:
         idempotency_ttl_s: int,
     ) -> tuple[dict[str, Any], bool]:
         """Append all records atomically. Returns (receipt, replayed)."""
-        k = self.keys(topic)
-        argv: list[Any] = [
-            len(plan.records),
-            "1" if idempotency_key else "0",
-            idempotency_ttl_s,
-            secrets.token_hex(8),
-            now_us,
-        ]
-        for record in plan.records:
-            argv += [
-                record.time_us,
-                record.loc,
-                record.change,
-                record.entry_xml,
-                record.state_xml or "",
-                record.entry_json,
-            ]
-        idem = k.idempotency(idempotency_key) if idempotency_key else k.meta
-        outcome = await self._append(keys=[k.stream, k.meta, k.state, idem], args=argv)
-        return self._outcome(outcome, plan.first_time_us)
+        call = scripts.append_call(
+            self.keys(topic),
+            plan,
+            idempotency_key=idempotency_key,
+            idempotency_ttl_s=idempotency_ttl_s,
+            epoch_candidate=secrets.token_hex(8),
+            now_us=now_us,
+        )
+        return self._outcome(topic, await self._run(self._append, call), plan.first_time_us)
 
     async def seed(
         self,
@@ -320,31 +215,28 @@ class TopicStore:
         idempotency_key: str | None,
         idempotency_ttl_s: int,
     ) -> tuple[dict[str, Any], bool]:
-        k = self.keys(topic)
-        argv: list[Any] = [
-            "1" if idempotency_key else "0",
-            idempotency_ttl_s,
-            secrets.token_hex(8),
-            now_us,
-            plan.at_us,
-        ]
-        for loc, xml in plan.state.items():
-            argv += [loc, xml]
-        idem = k.idempotency(idempotency_key) if idempotency_key else k.meta
-        outcome = await self._seed(keys=[k.meta, k.state, idem], args=argv)
-        return self._outcome(outcome, plan.at_us)
+        call = scripts.seed_call(
+            self.keys(topic),
+            plan,
+            idempotency_key=idempotency_key,
+            idempotency_ttl_s=idempotency_ttl_s,
+            epoch_candidate=secrets.token_hex(8),
+            now_us=now_us,
+        )
+        return self._outcome(topic, await self._run(self._seed, call), plan.at_us)
 
     @staticmethod
-    def _outcome(outcome: list[Any], first_us: int) -> tuple[dict[str, Any], bool]:
+    def _outcome(topic: str, outcome: list[Any], first_us: int) -> tuple[dict[str, Any], bool]:
         status = outcome[0].decode() if isinstance(outcome[0], bytes) else outcome[0]
         if status == "backwards":
-            last = from_us(int(outcome[1]))
-            raise IngestError(
-                409,
-                "change-time-backwards",
+            last_us = int(outcome[1])
+            raise ChangeTimeBackwards(
                 f"change time {from_us(first_us).isoformat()} is before the topic's last "
-                f"accepted change at {last.isoformat()}; the hub publishes Change Lists in "
-                "forward chronological order and rejects changes that go back in time",
+                f"accepted change at {from_us(last_us).isoformat()}; the hub publishes Change "
+                "Lists in forward chronological order and rejects changes that go back in time",
+                topic=topic,
+                first_us=first_us,
+                last_us=last_us,
             )
         receipt: dict[str, Any] = json.loads(outcome[1])
         return receipt, status == "dup"
@@ -377,14 +269,15 @@ class TopicStore:
 
     async def state(self, topic: str) -> tuple[TopicMeta, dict[str, str]]:
         """The current state and the meta it belongs to, read in one atomic step."""
-        k = self.keys(topic)
-        raw_meta, raw_state = await self._snapshot(keys=[k.meta, k.state])
+        call = scripts.snapshot_call(self.keys(topic))
+        raw_meta, raw_state = await self._run(self._snapshot, call)
         return _meta(_pairs(raw_meta)), {
             a.decode(): b.decode() for a, b in _pairs(raw_state).items()
         }
 
     async def acquire_lease(self, topic: str, token: str, ttl_ms: int) -> bool:
-        return bool(await self._lease(keys=[self.keys(topic).lease], args=[token, ttl_ms]))
+        call = scripts.lease_call(self.keys(topic), token=token, ttl_ms=ttl_ms)
+        return bool(await self._run(self._lease, call))
 
     async def release_lease(self, topic: str, token: str) -> None:
         key = self.keys(topic).lease
@@ -401,21 +294,19 @@ class TopicStore:
         xml: bytes,
         now_us: int,
     ) -> str:
-        k = self.keys(topic)
-        outcome = await self._rotate(
-            keys=[k.meta, k.closed, k.closed_list(closed.number), k.lease],
-            args=[
-                token,
-                expected_open_start,
-                closed.last_id,
-                closed.until_us,
-                closed.count,
-                xml,
-                closed.as_json(),
-                closed.number,
-                now_us,
-            ],
+        call = scripts.rotate_call(
+            self.keys(topic),
+            number=closed.number,
+            token=token,
+            expected_open_start=expected_open_start,
+            new_open_start=closed.last_id,
+            until_us=closed.until_us,
+            closed_count=closed.count,
+            xml=xml,
+            record=closed.as_json(),
+            now_us=now_us,
         )
+        outcome = await self._run(self._rotate, call)
         return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
 
     async def trim(self, topic: str, min_id: str) -> int:
@@ -424,8 +315,8 @@ class TopicStore:
         Records ``trimmed_through`` (the last id removed) in the same atomic step, so the push
         channel can tell a subscriber whose resume point is gone to catch up from the archive.
         """
-        k = self.keys(topic)
-        return int(await self._trim(keys=[k.stream, k.meta], args=[min_id]))
+        call = scripts.trim_call(self.keys(topic), min_id=min_id)
+        return int(await self._run(self._trim, call))
 
     # --- stream and meta reads of the push channel (and of the open Change List) ---------
 

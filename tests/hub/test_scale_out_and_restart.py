@@ -92,7 +92,7 @@ async def shared_hub(
 async def documents(client: httpx.AsyncClient) -> dict[str, tuple[bytes, str, str | None]]:
     """Body, ETag and Last-Modified of every document, the closed lists included.
 
-    Last-Modified is only sent once its second is over (hub/app.py ``_settled``), so whether
+    Last-Modified is only sent once its second is over (hub/serving.py ``_settled``), so whether
     it is there depends on timing: it is compared only through ``same_dates``."""
     paths = [
         "/.well-known/resourcesync",

@@ -15,9 +15,10 @@ from pydantic import ValidationError
 from redis.crc import key_slot
 
 from rspush.hub import materialise as m
+from rspush.hub.app import HTTP_STATUS
 from rspush.hub.auth import bearer, find_source, new_token, token_sha256
+from rspush.hub.errors import IngestError
 from rspush.hub.ingest import (
-    IngestError,
     IngestPlan,
     parse_fragment,
     plan_changes,
@@ -58,7 +59,7 @@ def plan(document: Document, *, now: datetime = NOW, max_entries: int = 100) -> 
 
 
 def rejected(excinfo: pytest.ExceptionInfo[IngestError]) -> tuple[int, str, str]:
-    return excinfo.value.status, excinfo.value.code, excinfo.value.message
+    return HTTP_STATUS[excinfo.value.code], excinfo.value.code, excinfo.value.message
 
 
 # --- hub.ingest: plan_changes -------------------------------------------------------------
@@ -131,7 +132,7 @@ def test_plan_rejects_a_change_going_back_within_the_fragment() -> None:
     with pytest.raises(IngestError) as excinfo:
         plan(doc)
     error = excinfo.value
-    assert error.status == 400
+    assert HTTP_STATUS[error.code] == 400
     # The validator's forward-order rule (Z39.99 §12.1) names the entry.
     assert error.code == "forward-order" or [(v.rule, v.entry) for v in error.violations] == [
         ("forward-order", 1)
@@ -233,7 +234,7 @@ def test_plan_rejects_a_change_without_change_attribute() -> None:
 def test_parse_fragment_translates_document_errors(body: bytes, status: int, word: str) -> None:
     with pytest.raises(IngestError) as excinfo:
         parse_fragment(body, max_bytes=1024)
-    assert excinfo.value.status == status
+    assert HTTP_STATUS[excinfo.value.code] == status
     assert word in excinfo.value.code
 
 

@@ -1,0 +1,146 @@
+"""The hub's exceptions: one root, a stable code per failure, no HTTP.
+
+::
+
+    HubError                      code, message, violations (empty but for IngestError)
+    ├── AuthError                 topic
+    │   ├── Unauthenticated       unauthenticated
+    │   └── Forbidden             forbidden (+ source)
+    ├── NotFound                  not-found, unknown-topic (+ topic)
+    ├── IngestError               a request that writes nothing (+ violations, entry, rule)
+    │   ├── RequestError          body-too-large, bad-idempotency-key, content-type,
+    │   │                         link-header
+    │   ├── DocumentRejected      unsafe-xml, document-too-large, malformed-xml,
+    │   │                         wrong-namespace, not-resourcesync, invalid-document,
+    │   │                         wrong-capability, empty, too-many-entries,
+    │   │                         future-change-time, forward-order
+    │   └── ChangeTimeBackwards   change-time-backwards (+ topic, first_us, last_us)
+    └── StoreUnavailable          store-unavailable
+
+The code (:class:`Code`) is what clients see in the ``error`` member of a JSON error body and
+what the rejection metrics count; the HTTP edge (:mod:`.app`) maps each code to a status in
+one table. Raisers never choose a status.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from rspush.resourcesync import Violation
+
+
+class Code(StrEnum):
+    UNAUTHENTICATED = "unauthenticated"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not-found"
+    UNKNOWN_TOPIC = "unknown-topic"
+    BODY_TOO_LARGE = "body-too-large"
+    BAD_IDEMPOTENCY_KEY = "bad-idempotency-key"
+    CONTENT_TYPE = "content-type"
+    LINK_HEADER = "link-header"
+    UNSAFE_XML = "unsafe-xml"
+    DOCUMENT_TOO_LARGE = "document-too-large"
+    MALFORMED_XML = "malformed-xml"
+    WRONG_NAMESPACE = "wrong-namespace"
+    NOT_RESOURCESYNC = "not-resourcesync"
+    INVALID_DOCUMENT = "invalid-document"
+    WRONG_CAPABILITY = "wrong-capability"
+    EMPTY = "empty"
+    TOO_MANY_ENTRIES = "too-many-entries"
+    FUTURE_CHANGE_TIME = "future-change-time"
+    FORWARD_ORDER = "forward-order"
+    CHANGE_TIME_BACKWARDS = "change-time-backwards"
+    STORE_UNAVAILABLE = "store-unavailable"
+
+
+class HubError(Exception):
+    """Root of every error the hub reports to a client."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.violations: list[Violation] = []
+
+    def as_json(self) -> dict[str, object]:
+        """The JSON error body of a post: ``{"error", "message", "violations"}``."""
+        return {
+            "error": self.code,
+            "message": self.message,
+            "violations": [v.model_dump(mode="json") for v in self.violations],
+        }
+
+
+class AuthError(HubError):
+    """The request's Source is unknown or may not post to ``topic``."""
+
+    def __init__(self, code: Code, message: str, *, topic: str | None = None) -> None:
+        super().__init__(code, message)
+        self.topic = topic
+
+
+class Unauthenticated(AuthError):
+    def __init__(self, message: str) -> None:
+        super().__init__(Code.UNAUTHENTICATED, message)
+
+
+class Forbidden(AuthError):
+    def __init__(self, message: str, *, topic: str, source: str) -> None:
+        super().__init__(Code.FORBIDDEN, message, topic=topic)
+        self.source = source
+
+
+class NotFound(HubError):
+    """No such topic or document. ``unknown-topic`` when a post names a topic this hub does
+    not have, ``not-found`` for a document that does not exist."""
+
+    def __init__(
+        self, message: str, *, topic: str | None = None, code: Code = Code.NOT_FOUND
+    ) -> None:
+        super().__init__(code, message)
+        self.topic = topic
+
+
+class IngestError(HubError):
+    """A post that writes nothing. ``violations`` are the spec rules the document broke;
+    ``entry`` (index in the document) and ``rule`` locate the first problem when known."""
+
+    def __init__(
+        self,
+        code: Code,
+        message: str,
+        violations: list[Violation] | None = None,
+        *,
+        entry: int | None = None,
+        rule: str | None = None,
+    ) -> None:
+        super().__init__(code, message)
+        self.violations = violations or []
+        self.entry = entry
+        self.rule = rule
+
+
+class RequestError(IngestError):
+    """The request around the document is wrong: its size, headers or media type."""
+
+
+class DocumentRejected(IngestError):
+    """The posted document does not parse, breaks a rule or a limit, or has bad times."""
+
+
+class ChangeTimeBackwards(IngestError):
+    """The first change is earlier than the topic's last accepted change (checked inside the
+    atomic append, so concurrent posters cannot interleave out of order)."""
+
+    def __init__(self, message: str, *, topic: str, first_us: int, last_us: int) -> None:
+        super().__init__(Code.CHANGE_TIME_BACKWARDS, message)
+        self.topic = topic
+        self.first_us = first_us
+        self.last_us = last_us
+
+
+class StoreUnavailable(HubError):
+    """Redis did not answer or refused the operation; nothing is known to be written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Code.STORE_UNAVAILABLE, message)

@@ -1,0 +1,31 @@
+-- Close the oldest part of the open Change List, if this process still holds the rotation
+-- lease and nobody rotated meanwhile. Returns 'ok', 'lost-lease' or 'moved'.
+local meta = KEYS[1]           -- hash: the topic's meta
+local closed = KEYS[2]         -- list: JSON records of the closed Change Lists
+local closed_n = KEYS[3]       -- string: the XML of the list being closed
+local lease = KEYS[4]          -- string: the rotation lease holder's token
+local token = ARGV[1]                  -- this process's lease token
+local expected_open_start = ARGV[2]    -- open_start the caller read (else 'moved')
+local new_open_start = ARGV[3]         -- stream id of the last change closed
+local until_us = ARGV[4]               -- the closed list's until: the open list's new from
+local closed_count = tonumber(ARGV[5]) -- changes the closed list holds
+local xml = ARGV[6]                    -- the closed list's XML
+local record = ARGV[7]                 -- its JSON record for the closed list
+local number = tonumber(ARGV[8])       -- its number: the count of lists closed before it
+local now_us = ARGV[9]                 -- hub clock, microseconds since the epoch
+
+if redis.call('GET', lease) ~= token then return 'lost-lease' end
+if (redis.call('HGET', meta, 'open_start') or '0-0') ~= expected_open_start then
+  return 'moved'
+end
+if redis.call('LLEN', closed) ~= number then return 'moved' end
+redis.call('SET', closed_n, xml)
+redis.call('RPUSH', closed, record)
+redis.call('HSET', meta, 'open_start', new_open_start, 'open_from', until_us)
+local left = redis.call('HINCRBY', meta, 'open_count', -closed_count)
+-- The age of the open list counts from its first change (hub clock).
+if left > 0 then redis.call('HSET', meta, 'open_since', now_us)
+else redis.call('HDEL', meta, 'open_since') end
+redis.call('HINCRBY', meta, 'version', 1)
+redis.call('HSET', meta, 'modified', server_now())
+return 'ok'

@@ -1,0 +1,35 @@
+-- Replace a topic's state with a Resource List taken as the state at its 'at' (no change
+-- events), atomically with the idempotency and backwards-time checks.
+local meta = KEYS[1]           -- hash: the topic's meta
+local state = KEYS[2]          -- hash: URI -> Resource List entry XML
+local idem = KEYS[3]           -- the idempotency key's receipt (the meta key when unused)
+local has_idem = ARGV[1] == '1'        -- '1' when the request carried an idempotency key
+local idem_ttl = tonumber(ARGV[2])     -- seconds the receipt is remembered
+local epoch_candidate = ARGV[3]        -- the topic's epoch, if this seed creates it
+local now_us = ARGV[4]                 -- hub clock, microseconds since the epoch
+local at_us = ARGV[5]                  -- the Resource List's at
+local FIRST_PAIR = 6                   -- then pairs: loc, entry XML
+
+if has_idem then
+  local seen = redis.call('GET', idem)
+  if seen then return {'dup', seen} end
+end
+local last_raw = redis.call('HGET', meta, 'last_t') or '0'
+if tonumber(at_us) < tonumber(last_raw) then return {'backwards', last_raw} end
+if redis.call('HSETNX', meta, 'epoch', epoch_candidate) == 1 then
+  redis.call('HSET', meta, 'created', now_us)
+end
+redis.call('DEL', state)
+local count = 0
+for i = FIRST_PAIR, #ARGV, 2 do
+  redis.call('HSET', state, ARGV[i], ARGV[i + 1])
+  count = count + 1
+end
+redis.call('HSET', meta, 'last_t', at_us, 'state_at', at_us)
+redis.call('HSETNX', meta, 'open_from', at_us)
+redis.call('HINCRBY', meta, 'version', 1)
+redis.call('HSET', meta, 'modified', server_now())
+local epoch = redis.call('HGET', meta, 'epoch')
+local receipt = cjson.encode({seeded = count, at = at_us, epoch = epoch})
+if has_idem then redis.call('SET', idem, receipt, 'EX', idem_ttl) end
+return {'ok', receipt}

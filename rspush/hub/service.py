@@ -1,0 +1,203 @@
+"""The ingest service: what a post to the hub means, without HTTP.
+
+A post is a bearer token (or None), a topic, an optional idempotency key and a body. The
+service authenticates the Source and checks it may post to the topic, checks the key, reads
+the body, turns it into a plan (:mod:`.ingest`) and writes it atomically (:mod:`.store`). It
+returns the receipt or raises a :class:`.errors.HubError`.
+
+The body comes as a reader, called once the request is admitted: a request without a valid
+token or with a malformed key is refused before its body is read.
+
+Change times the hub stamped itself (entries without one) can lose a race with a concurrent
+post that appended later times first; the append is then rejected as going backwards. Since
+the hub made those times up, it stamps them again and retries (:func:`should_restamp`),
+at most :data:`STAMP_RETRIES` times. Times a Source gave are never changed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rspush.resourcesync import Document
+from rspush.resourcesync.w3cdt import to_us
+
+from .auth import find_source
+from .errors import (
+    ChangeTimeBackwards,
+    Code,
+    Forbidden,
+    NotFound,
+    RequestError,
+    Unauthenticated,
+)
+from .ingest import IngestPlan, parse_fragment, plan_changes, plan_seed
+from .metrics import HubMetrics
+from .settings import Settings, Source
+from .store import TopicStore
+
+BodyReader = Callable[[], Awaitable[bytes]]
+Clock = Callable[[], datetime]
+
+STAMP_RETRIES = 5
+"""Appends of one post with hub-stamped times, before the backwards rejection stands."""
+SEED_MAX_ENTRIES = 1_000_000
+NOTIFICATION_MEDIA_TYPE = "application/xml"
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def should_restamp(plan: IngestPlan, attempt: int) -> bool:
+    """After ``attempt`` (0-based) of appending ``plan`` was rejected as going backwards:
+    plan again with a fresh ``now`` only if the hub stamped some time itself, and while
+    attempts are left."""
+    return plan.stamped and attempt + 1 < STAMP_RETRIES
+
+
+def checked_idempotency_key(key: str | None) -> str | None:
+    """An ``Idempotency-Key`` is 1-200 printable ASCII characters (no spaces)."""
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise RequestError(
+            Code.BAD_IDEMPOTENCY_KEY, "Idempotency-Key: 1-200 printable ASCII characters"
+        )
+    return key
+
+
+class IngestService:
+    """Posts of changes, baselines and change notifications to the topics of one hub."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: TopicStore,
+        metrics: HubMetrics,
+        *,
+        clock: Clock = _utc_now,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+
+    def authorise(self, token: str | None, topic: str) -> Source:
+        """The Source holding ``token``, if it may post to ``topic``."""
+        if token is None:
+            raise Unauthenticated("missing 'Authorization: Bearer <token>'")
+        source = find_source(self.settings.sources, token)
+        if source is None:
+            raise Unauthenticated("unknown token")
+        if self.settings.topic(topic) is None:
+            raise NotFound(f"no topic {topic!r} on this hub", topic=topic, code=Code.UNKNOWN_TOPIC)
+        if topic not in source.topics:
+            raise Forbidden(
+                f"source {source.name!r} may not post to topic {topic!r}",
+                topic=topic,
+                source=source.name,
+            )
+        return source
+
+    def notified_topic(self, media_type: str, links: Mapping[str, str]) -> str:
+        """Change notification spec §4.1: a notification is ``application/xml`` and names its
+        topic with the link ``rel="self"`` and this hub with ``rel="hub"``. ``links`` maps each
+        relation to its URI."""
+        if media_type != NOTIFICATION_MEDIA_TYPE:
+            raise RequestError(Code.CONTENT_TYPE, "Content-Type must be application/xml")
+        base_url = self.settings.hub.base_url
+        self_uri = links.get("self")
+        if self_uri is None or links.get("hub") != f"{base_url}/hub":
+            raise RequestError(
+                Code.LINK_HEADER,
+                f'Link header needs <topic URI>; rel="self" and <{base_url}/hub>; rel="hub"',
+            )
+        prefix = f"{base_url}/topics/"
+        if not self_uri.startswith(prefix):
+            raise NotFound(f"{self_uri} is not a topic of this hub", code=Code.UNKNOWN_TOPIC)
+        return self_uri.removeprefix(prefix).rstrip("/")
+
+    async def notify(
+        self,
+        *,
+        token: str | None,
+        media_type: str,
+        links: Mapping[str, str],
+        idempotency_key: str | None,
+        body: BodyReader,
+    ) -> dict[str, Any]:
+        """A change notification posted to the hub URI: the changes of the linked topic."""
+        topic = self.notified_topic(media_type, links)
+        return await self.changes(
+            token=token, topic=topic, idempotency_key=idempotency_key, body=body
+        )
+
+    async def changes(
+        self, *, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
+    ) -> dict[str, Any]:
+        """A Change List fragment or change notification: appended to the topic's stream."""
+        document, key = await self._admit(token, topic, idempotency_key, body)
+        limits = self.settings.limits
+        now = self.clock()
+        for attempt in range(STAMP_RETRIES):
+            plan = plan_changes(
+                document,
+                now=now,
+                max_entries=limits.max_entries_per_request,
+                future_tolerance=timedelta(seconds=limits.future_tolerance_s),
+            )
+            try:
+                receipt, replayed = await self.store.append(
+                    topic,
+                    plan,
+                    now_us=to_us(now),
+                    idempotency_key=key,
+                    idempotency_ttl_s=limits.idempotency_ttl_s,
+                )
+                break
+            except ChangeTimeBackwards:
+                if not should_restamp(plan, attempt):
+                    raise
+                now = self.clock()
+        if not replayed:
+            self.metrics.accepted.labels(topic).inc(len(plan.records))
+        return _receipt(receipt, topic, replayed)
+
+    async def baseline(
+        self, *, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
+    ) -> dict[str, Any]:
+        """A Resource List taken as the topic's state at its ``at`` (no change events)."""
+        document, key = await self._admit(token, topic, idempotency_key, body)
+        limits = self.settings.limits
+        now = self.clock()
+        plan = plan_seed(
+            document,
+            max_entries=SEED_MAX_ENTRIES,
+            now=now,
+            future_tolerance=timedelta(seconds=limits.future_tolerance_s),
+        )
+        receipt, replayed = await self.store.seed(
+            topic,
+            plan,
+            now_us=to_us(now),
+            idempotency_key=key,
+            idempotency_ttl_s=limits.idempotency_ttl_s,
+        )
+        return _receipt(receipt, topic, replayed)
+
+    async def _admit(
+        self, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
+    ) -> tuple[Document, str | None]:
+        """Authorise, check the key, then read and parse the body."""
+        self.authorise(token, topic)
+        key = checked_idempotency_key(idempotency_key)
+        document = parse_fragment(await body(), max_bytes=self.settings.limits.max_body_bytes)
+        return document, key
+
+
+def _receipt(receipt: dict[str, Any], topic: str, replayed: bool) -> dict[str, Any]:
+    receipt["topic"] = topic
+    receipt["replayed"] = replayed
+    return receipt

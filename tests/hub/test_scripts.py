@@ -1,0 +1,104 @@
+"""The store's Lua scripts and their argument builders agree on every name and position, and
+the store reports a failing Redis as StoreUnavailable."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Callable
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from rspush.hub import scripts
+from rspush.hub.errors import Code, StoreUnavailable
+from rspush.hub.ingest import ChangeRecord, IngestPlan, SeedPlan
+from rspush.hub.keys import TopicKeys
+from rspush.hub.store import TopicStore
+
+K = TopicKeys("rs", "t")
+RECORD = ChangeRecord(1, "http://e.org/a", "updated", "<url/>", "<url/>", "{}")
+CALLS: dict[str, Callable[[], scripts.Call]] = {
+    "append": lambda: scripts.append_call(
+        K,
+        IngestPlan([RECORD, RECORD]),
+        idempotency_key="k",
+        idempotency_ttl_s=60,
+        epoch_candidate="e",
+        now_us=2,
+    ),
+    "seed": lambda: scripts.seed_call(
+        K,
+        SeedPlan(1, {"http://e.org/a": "<url/>"}),
+        idempotency_key=None,
+        idempotency_ttl_s=60,
+        epoch_candidate="e",
+        now_us=2,
+    ),
+    "rotate": lambda: scripts.rotate_call(
+        K,
+        number=0,
+        token="tok",
+        expected_open_start="0-0",
+        new_open_start="1-0",
+        until_us=3,
+        closed_count=1,
+        xml=b"<urlset/>",
+        record="{}",
+        now_us=4,
+    ),
+    "snapshot": lambda: scripts.snapshot_call(K),
+    "lease": lambda: scripts.lease_call(K, token="tok", ttl_ms=1000),
+    "trim": lambda: scripts.trim_call(K, min_id="5-0"),
+}
+
+
+def bound(text: str, table: str) -> list[str]:
+    """The names a script binds to ``table`` (KEYS or ARGV), in position order."""
+    found = re.findall(rf"^local (\w+) = (?:tonumber\()?{table}\[(\d+)\]", text, re.MULTILINE)
+    positions = [int(index) for _, index in found]
+    assert positions == list(range(1, len(found) + 1)), f"{table} bound out of order: {found}"
+    return [name for name, _ in found]
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_the_builder_names_what_the_script_binds(name: str) -> None:
+    text = scripts.load(name)
+    call = CALLS[name]()
+    assert list(call.keys) == bound(text, "KEYS")
+    assert list(call.args) == bound(text, "ARGV")
+    assert call.argv[: len(call.args)] == list(call.args.values())
+
+
+def test_append_records_follow_the_named_arguments() -> None:
+    text = scripts.load("append")
+    first = int(re.search(r"local FIRST_RECORD = (\d+)", text).group(1))  # type: ignore[union-attr]
+    width = int(re.search(r"local RECORD_WIDTH = (\d+)", text).group(1))  # type: ignore[union-attr]
+    call = CALLS["append"]()
+    assert first == len(call.args) + 1
+    assert len(call.rest) == 2 * width
+
+
+def test_scripts_that_stamp_times_get_the_server_clock() -> None:
+    assert "local function server_now()" in scripts.load("append", server_now=True)
+    assert "local function server_now()" not in scripts.load("lease")
+
+
+async def test_a_failing_redis_is_store_unavailable() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = Redis(
+        host="127.0.0.1", port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        store = TopicStore(client, prefix="rs")
+        with pytest.raises(StoreUnavailable) as excinfo:
+            await store.meta("t")
+        assert excinfo.value.code == Code.STORE_UNAVAILABLE
+        with pytest.raises(StoreUnavailable):
+            await store.acquire_lease("t", "tok", 1000)
+    finally:
+        await client.aclose()
