@@ -20,10 +20,8 @@ Every fetch is capped (``max_bytes``) and so is every chain of links (``max_hops
 hostile Source cannot make discovery loop or read without end. All XML goes through
 :func:`resourcesync.parse_document`; HTML is read with lxml.html, network off, capped.
 
-Errors: everything raised is a :class:`DiscoveryError` (``url`` names the document the
-problem is about, when there is one)::
-
-    DiscoveryError    the Source could not be discovered; the message says what was tried
+Errors: everything raised is a :class:`~subscriber.errors.DiscoveryError` (``url`` names the
+document the problem is about, when there is one).
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ import httpx
 from rspush.hub.push.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
+from .errors import DiscoveryError
 from .links import (
     RESOURCESYNC_REL,
     WEB_SCHEMES,
@@ -49,7 +48,7 @@ from .links import (
     unique,
 )
 
-# Limits (house style §4); discover() takes the first two as arguments.
+# Limits; discover() takes the first two as arguments.
 MAX_DISCOVERY_BYTES: Final = 10 * 1024 * 1024  # per fetched document
 MAX_HOPS: Final = 8  # links followed in one chain (up, index, resourcesync)
 MAX_CAPABILITY_LISTS: Final = 64  # read from Source Descriptions
@@ -63,14 +62,6 @@ _FOUND_TYPES: Final = frozenset(
         DocumentType.SOURCE_DESCRIPTION_INDEX,
     }
 )
-
-
-class DiscoveryError(Exception):
-    """The Source could not be discovered; the message says what was missing or tried."""
-
-    def __init__(self, message: str, *, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
 
 
 def source_base_uri(url: str) -> str:
