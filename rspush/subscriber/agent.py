@@ -1,9 +1,8 @@
 """The Destination agent: discover, baseline, then follow — push when it can, polling when it
 must, the archives when it was away too long, a new baseline when nothing else can answer.
 
-Where it stands is a :class:`~subscriber.states.State`; what may follow what is the pure
-table of :mod:`subscriber.states`, which this module drives (it does the I/O of each state
-and reports what happened as an event). Its parts are built by :mod:`subscriber.wiring`.
+It drives the pure state machine of :mod:`subscriber.states`: it does the I/O of each state
+and reports what happened as an event. Its parts are built by :mod:`subscriber.wiring`.
 
 Resuming after poll or catch-up is by time (``since``, inclusive): changes already applied
 come again and are skipped (:mod:`subscriber.decide`), so nothing is missed and nothing is
@@ -106,8 +105,6 @@ class Agent:
         assert self._parts is not None, "the agent is not running"
         return self._parts
 
-    # --- entry points ----------------------------------------------------------------------
-
     async def run(self, *, baseline_only: bool = False) -> None:
         async with agent_parts(
             self.config,
@@ -150,8 +147,7 @@ class Agent:
         started = datetime.now(UTC)
         mirror.checkpoint.start_baseline(now=started)
         seen: set[str] = set()
-        phase = self.reporter.phase("baseline", source.total)
-        try:
+        with contextlib.closing(self.reporter.phase("baseline", source.total)) as phase:
             if source.first.md.capability == Capability.RESOURCEDUMP:
                 try:
                     async for change, content in dump_changes(
@@ -189,8 +185,6 @@ class Agent:
                         ResourceChange(held.uri, ChangeType.DELETED, at, Channel.BASELINE)
                     )
             await mirror.drain()
-        finally:
-            phase.close()
         watermark = Watermark(None, None, at)
         mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC))
         mirror.set_watermark(watermark)
@@ -217,21 +211,15 @@ class Agent:
         mirror = self._need().mirror
         while True:
             await asyncio.sleep(self.config.retry_interval)
-            if not retries_failures(self.machine.state):
-                continue
-            for change in mirror.checkpoint.retryable_failures(max_tries=self.config.max_tries):
-                if self.stopping:
-                    return
-                await mirror.submit(change)
+            if retries_failures(self.machine.state):
+                await mirror.retry_failures(self.config.max_tries, lambda: self.stopping)
 
     async def _follow_channels(self) -> None:
         parts = self._need()
         mirror, endpoints = parts.mirror, parts.endpoints
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
-        caught_up_to: Watermark | None = None
-        """The watermark the last catch-up reached."""
-        resume: tuple[str, str] | None = None
-        """Where the next push session starts instead of the watermark (position, epoch)."""
+        caught_up_to: Watermark | None = None  # the watermark the last catch-up reached
+        resume: tuple[str, str] | None = None  # (position, epoch) to start the next session at
         while not self.stopping:
             if endpoints.push_url is None:
                 await self._poll_for(None)
@@ -300,19 +288,16 @@ class Agent:
         if since is None:
             await self.baseline(rebaseline=True)
             return
-        phase = self.reporter.phase("catch-up", None)
         try:
-            async for change in parts.lists.since(since, Channel.ARCHIVE):
-                if self.stopping:
-                    break
-                await mirror.submit(change)
-                phase.advance()
-            await mirror.drain()
+            with contextlib.closing(self.reporter.phase("catch-up", None)) as phase:
+                async for change in parts.lists.since(since, Channel.ARCHIVE):
+                    if self.stopping:
+                        break
+                    await mirror.submit(change)
+                    phase.advance()
+                await mirror.drain()
         except ArchiveTooShortError as exc:
-            phase.close()
             await self._archive_too_short(exc)
-            return
-        phase.close()
 
     async def _archive_too_short(self, exc: ArchiveTooShortError) -> None:
         """Rebaseline — unless we just did and the Source's lists still start after its
@@ -330,14 +315,7 @@ class Agent:
             mirror.set_watermark(Watermark(mirror.epoch, None, start))
             return
         log.warning("%s: rebaselining", exc)
-        if self._events is not None:
-            self._events(
-                {
-                    "event": "rebaseline",
-                    "reason": str(exc),
-                    "applied": format_w3c_datetime(datetime.now(UTC)),
-                }
-            )
+        mirror.report_rebaseline(str(exc))
         self.rebaselines += 1
         await self.baseline(rebaseline=True)
 

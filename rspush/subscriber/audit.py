@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .appliers import FilesystemApplier
 from .baseline import open_resource_list, resource_list_changes
@@ -42,6 +43,33 @@ class AuditReport:
     @property
     def in_sync(self) -> bool:
         return not (self.missing or self.different or self.extra or self.unmapped)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "missing": self.missing,
+            "different": [{"uri": u, "problem": p} for u, p in self.different],
+            "extra": self.extra,
+            "unmapped": [{"uri": u, "problem": p} for u, p in self.unmapped],
+            "repaired": self.repaired,
+            "repair_failures": self.repair_failures,
+        }
+
+    def lines(self, *, repair: bool) -> list[str]:
+        """The report as text: a summary line, then one line per problem."""
+        summary = (
+            f"{self.listed} listed, {len(self.missing)} missing, "
+            f"{len(self.different)} different, {len(self.extra)} extra, "
+            f"{len(self.unmapped)} unmapped" + (f"; {self.repaired} repaired" if repair else "")
+        )
+        return [
+            summary,
+            *(f"missing   {uri}" for uri in self.missing),
+            *(f"different {uri}: {problem}" for uri, problem in self.different),
+            *(f"extra     {path}" for path in self.extra),
+            *(f"unmapped  {uri}: {problem}" for uri, problem in self.unmapped),
+            *(f"not repaired: {failure}" for failure in self.repair_failures),
+        ]
 
 
 def file_digests(path: Path, names: set[str]) -> tuple[int, dict[str, bytes]]:

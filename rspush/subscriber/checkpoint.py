@@ -8,6 +8,9 @@ leaves a state the agent resumes from without losing or re-doing a change (re-de
 changes are skipped by :func:`subscriber.decide.decide`).
 
 A lock file beside the database (``flock``) stops two agents from sharing one state.
+
+The schema and every statement on it stay in this one module (hence its length), so a change
+of a table is made, and reviewed, in one place.
 """
 
 from __future__ import annotations

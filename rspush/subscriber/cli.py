@@ -6,6 +6,9 @@ discovery error (several topics and no ``--topic``, say); 3 history insufficient
 4 refused by the hub (unauthorised, unknown topic); 5 the state file is in use; 130 a second
 SIGINT/SIGTERM (quit at once). Every command maps the errors it ends with to these codes
 through one table (:func:`exit_status`).
+
+One module for the whole Typer app (hence its length): each command's options, help text and
+ending are read together; the options they share live in :mod:`subscriber.cli_options`.
 """
 
 from __future__ import annotations
@@ -326,33 +329,8 @@ def audit(
         report = asyncio.run(run_audit(config, repair=repair, reporter=reporter))
     except ENDING_ERRORS as exc:
         raise typer.Exit(_fail_with(exc, debug)) from None
-    summary = {
-        "listed": report.listed,
-        "missing": report.missing,
-        "different": [{"uri": u, "problem": p} for u, p in report.different],
-        "extra": report.extra,
-        "unmapped": [{"uri": u, "problem": p} for u, p in report.unmapped],
-        "repaired": report.repaired,
-        "repair_failures": report.repair_failures,
-    }
-    if as_json:
-        typer.echo(json.dumps(summary))
-    else:
-        typer.echo(
-            f"{report.listed} listed, {len(report.missing)} missing, "
-            f"{len(report.different)} different, {len(report.extra)} extra, "
-            f"{len(report.unmapped)} unmapped" + (f"; {report.repaired} repaired" if repair else "")
-        )
-        for uri in report.missing:
-            typer.echo(f"missing   {uri}")
-        for uri, problem in report.different:
-            typer.echo(f"different {uri}: {problem}")
-        for path in report.extra:
-            typer.echo(f"extra     {path}")
-        for uri, problem in report.unmapped:
-            typer.echo(f"unmapped  {uri}: {problem}")
-        for failure in report.repair_failures:
-            typer.echo(f"not repaired: {failure}")
+    for line in [json.dumps(report.as_json())] if as_json else report.lines(repair=repair):
+        typer.echo(line)
     fixed = repair and not report.repair_failures and not report.unmapped
     raise typer.Exit(0 if report.in_sync or fixed else EXIT_FAILED)
 

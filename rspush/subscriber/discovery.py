@@ -16,6 +16,10 @@ one is tried; anything reached by following a link must be there. The push endpo
 from the change-notification entry's ``rs:ln rel="urn:rspush:websocket"`` or, failing that,
 the same relation in the Capability List's HTTP ``Link`` header (docs/protocol.md).
 
+The walk's steps share its state (what was tried, the documents read) and its limits, so
+they stay together in this module (hence its length); the link and page parsing they use is
+in :mod:`subscriber.links`.
+
 Every fetch is capped (``max_bytes``) and so is every chain of links (``max_hops``), so a
 hostile Source cannot make discovery loop or read without end. All XML goes through
 :func:`resourcesync.parse_document`; HTML is read with lxml.html, network off, capped.

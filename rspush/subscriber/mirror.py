@@ -153,6 +153,20 @@ class Mirror:
         if self._tracker.note_epoch(epoch):
             self._dirty += 1
 
+    async def retry_failures(self, max_tries: int, stopping: Callable[[], bool]) -> None:
+        """Submit again the failed changes worth another try (fewer than ``max_tries``),
+        until ``stopping()``."""
+        for change in self.checkpoint.retryable_failures(max_tries=max_tries):
+            if stopping():
+                return
+            await self.submit(change)
+
+    def report_rebaseline(self, reason: str) -> None:
+        """Tell the event sink that the agent starts a new baseline, and why."""
+        if self.events is not None:
+            applied = format_w3c_datetime(self.clock())
+            self.events({"event": "rebaseline", "reason": reason, "applied": applied})
+
     def abandon(self) -> None:
         """Stopping: changes not yet being applied are dropped, not applied. The watermark
         stays at the gap-free prefix before the first of them, so the next run gets them
