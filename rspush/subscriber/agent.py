@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from rspush.hub.push.protocol import Position, TopicRequest
 from rspush.resourcesync import Capability
@@ -48,6 +48,8 @@ __all__ = ["USER_AGENT", "Agent", "AgentConfig"]
 
 log = logging.getLogger("rs_subscribe")
 
+ResumePoint: TypeAlias = tuple[str, str]  # (position, epoch) a push session starts after
+
 
 class Agent:
     def __init__(
@@ -65,8 +67,7 @@ class Agent:
         self._on_outcome = on_outcome
         self.reporter = reporter or LogReporter()
         self.machine = Machine()
-        self._stopped = asyncio.Event()
-        """Set by :meth:`stop`: wakes whatever waits (a poll interval, a push session)."""
+        self._stopped = asyncio.Event()  # set by stop(): wakes a poll interval, a push session
         self._parts: AgentParts | None = None
         self.rebaselines = 0
 
@@ -97,9 +98,8 @@ class Agent:
             self.mirror.abandon()
 
     def _fire(self, event: Event, *, at: datetime | None = None) -> State:
-        state = self.machine.fire(event, at=at)
-        log.debug("%s: now %s", event, state)
-        return state
+        log.debug("%s in %s", event, self.machine.state)
+        return self.machine.fire(event, at=at)
 
     def _need(self) -> AgentParts:
         assert self._parts is not None, "the agent is not running"
@@ -219,7 +219,7 @@ class Agent:
         mirror, endpoints = parts.mirror, parts.endpoints
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
         caught_up_to: Watermark | None = None  # the watermark the last catch-up reached
-        resume: tuple[str, str] | None = None  # (position, epoch) to start the next session at
+        resume: ResumePoint | None = None
         while not self.stopping:
             if endpoints.push_url is None:
                 await self._poll_for(None)
@@ -367,7 +367,7 @@ class Agent:
             task.result()
 
 
-def _request(topic: str, mark: Watermark, resume: tuple[str, str] | None) -> TopicRequest:
+def _request(topic: str, mark: Watermark, resume: ResumePoint | None) -> TopicRequest:
     """Where a push session starts: ``resume`` when given, else the watermark's position, else
     its time, else now."""
     if resume is not None:
@@ -383,7 +383,7 @@ def _request(topic: str, mark: Watermark, resume: tuple[str, str] | None) -> Top
     return TopicRequest(topic=topic)
 
 
-def _before_oldest(info: dict[str, Any], caught_up: datetime | None) -> tuple[str, str] | None:
+def _before_oldest(info: dict[str, Any], caught_up: datetime | None) -> ResumePoint | None:
     """Where the hub's stream holds everything after: its ``after`` (protocol v1 hubs send
     it), else the position just before its oldest change — but only if our catch-up reached
     the last trimmed change's time; if retention trimmed further meanwhile, catch up again."""
