@@ -1,1 +1,2 @@
-"""rs-subscribe, the Destination agent: see issue 5."""
+"""rs-subscribe, the Destination agent (docs/subscriber.md): discovery, baseline, push with
+polling and archive fallback, audit."""

@@ -19,9 +19,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-from .agent import Agent, AgentConfig
+from .agent import Agent
 from .appliers import Applier
 from .changes import Outcome
+from .config import AgentConfig
 
 _END = object()
 

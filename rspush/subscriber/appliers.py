@@ -14,11 +14,9 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from .changes import ChangeType, ResourceChange
-from .errors import SubscriberError, UnmappedURIError
+from .errors import ApplyError, UnmappedURIError
 
-
-class ApplyError(SubscriberError):
-    pass
+__all__ = ["Applier", "ApplyError", "ExecApplier", "FilesystemApplier", "NullApplier"]
 
 
 class Applier(Protocol):

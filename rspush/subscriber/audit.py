@@ -14,21 +14,20 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-import httpx
-
-from .agent import USER_AGENT, AgentConfig
 from .appliers import FilesystemApplier
 from .baseline import open_resource_list, resource_list_changes
 from .changes import Channel, ResourceChange
 from .checkpoint import Checkpoint
+from .config import AgentConfig
 from .decide import ResourceState
-from .discovery import discover
 from .errors import SourceError, SubscriberError, UnmappedURIError
 from .fetch import Fetcher, check
 from .mapping import STATE_DIR, UriMap
 from .progress import LogReporter, Reporter
 from .reader import DocumentReader
+from .wiring import fetcher, find_topic, http_client, open_state, uri_map
 
 
 @dataclass
@@ -44,6 +43,33 @@ class AuditReport:
     @property
     def in_sync(self) -> bool:
         return not (self.missing or self.different or self.extra or self.unmapped)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "missing": self.missing,
+            "different": [{"uri": u, "problem": p} for u, p in self.different],
+            "extra": self.extra,
+            "unmapped": [{"uri": u, "problem": p} for u, p in self.unmapped],
+            "repaired": self.repaired,
+            "repair_failures": self.repair_failures,
+        }
+
+    def lines(self, *, repair: bool) -> list[str]:
+        """The report as text: a summary line, then one line per problem."""
+        summary = (
+            f"{self.listed} listed, {len(self.missing)} missing, "
+            f"{len(self.different)} different, {len(self.extra)} extra, "
+            f"{len(self.unmapped)} unmapped" + (f"; {self.repaired} repaired" if repair else "")
+        )
+        return [
+            summary,
+            *(f"missing   {uri}" for uri in self.missing),
+            *(f"different {uri}: {problem}" for uri, problem in self.different),
+            *(f"extra     {path}" for path in self.extra),
+            *(f"unmapped  {uri}: {problem}" for uri, problem in self.unmapped),
+            *(f"not repaired: {failure}" for failure in self.repair_failures),
+        ]
 
 
 def file_digests(path: Path, names: set[str]) -> tuple[int, dict[str, bytes]]:
@@ -72,16 +98,13 @@ async def audit(
 ) -> AuditReport:
     reporter = reporter or LogReporter()
     report = AuditReport()
-    headers = {"User-Agent": USER_AGENT}
-    async with httpx.AsyncClient(
-        timeout=config.http_timeout, follow_redirects=True, headers=headers
-    ) as client:
-        endpoints = await discover(client, config.source_url, config.topic)
+    async with http_client(config) as client:
+        endpoints = await find_topic(client, config)
         if endpoints.resource_list is None:
             raise SourceError(
                 f"{endpoints.capability_list} offers no Resource List to audit against"
             )
-        uri_map = UriMap.build(config.maps or [(endpoints.base_uri, "")])
+        mapping = uri_map(config, endpoints)
         source = await open_resource_list(DocumentReader(client), endpoints.resource_list)
         listed: dict[PurePosixPath, ResourceChange] = {}
         phase = reporter.phase("audit", source.total)
@@ -91,7 +114,7 @@ async def audit(
                     continue
                 report.listed += 1
                 try:
-                    relative = uri_map.path_for(change.uri)
+                    relative = mapping.path_for(change.uri)
                 except UnmappedURIError as exc:
                     report.unmapped.append((change.uri, exc.reason))
                     continue
@@ -111,18 +134,16 @@ async def audit(
         local = await asyncio.to_thread(_local_files, config.dest)
         report.extra = sorted(str(p) for p in local if p not in listed)
         if repair and not report.in_sync:
-            await _repair(
-                config, client, endpoints.capability_list, endpoints.topic, uri_map, listed, report
-            )
+            with open_state(config, endpoints) as checkpoint:
+                await _repair(config, fetcher(config, client), checkpoint, mapping, listed, report)
     return report
 
 
 async def _repair(
     config: AgentConfig,
-    client: httpx.AsyncClient,
-    source_key: str,
-    topic: str,
-    uri_map: UriMap,
+    fetch: Fetcher,
+    checkpoint: Checkpoint,
+    mapping: UriMap,
     listed: dict[PurePosixPath, ResourceChange],
     report: AuditReport,
 ) -> None:
@@ -130,44 +151,40 @@ async def _repair(
     checkpoint (so a later ``run`` agrees with the repaired mirror)."""
     by_uri = {change.uri: (relative, change) for relative, change in listed.items()}
     applier = FilesystemApplier(config.dest)
-    fetcher = Fetcher(client, config.temp_dir, tries=config.tries, max_bytes=config.max_bytes)
     now = datetime.now(UTC)
-    with Checkpoint(config.state_path, source_key, topic) as checkpoint:
-        for uri in [*report.missing, *(u for u, _ in report.different)]:
-            relative, change = by_uri[uri]
-            change = ResourceChange(
-                uri,
-                change.change,
-                change.time,
-                Channel.AUDIT,
-                change.length,
-                change.hashes,
-                change.media_type,
-                change.links,
-            )
+    for uri in [*report.missing, *(u for u, _ in report.different)]:
+        relative, change = by_uri[uri]
+        change = ResourceChange(
+            uri,
+            change.change,
+            change.time,
+            Channel.AUDIT,
+            change.length,
+            change.hashes,
+            change.media_type,
+            change.links,
+        )
+        try:
+            fetched = await fetch.fetch(change)
             try:
-                fetched = await fetcher.fetch(change)
-                try:
-                    await applier.apply(change, relative, fetched.path)
-                finally:
-                    fetched.path.unlink(missing_ok=True)
-            except (SubscriberError, OSError) as exc:
-                report.repair_failures.append(f"{uri}: {exc}")
-                continue
-            hash_text = change.hash_text or f"sha256:{fetched.sha256}"
-            checkpoint.record(
-                change,
-                ResourceState(
-                    uri, change.time, "created", fetched.length, hash_text, str(relative)
-                ),
-                None,
-                now=now,
-            )
-            report.repaired += 1
-        for extra in report.extra:
-            path = config.dest / extra
-            path.unlink(missing_ok=True)
-            extra_uri = uri_map.uri_for(PurePosixPath(extra))
-            if extra_uri is not None:
-                checkpoint.forget(extra_uri)
-            report.repaired += 1
+                await applier.apply(change, relative, fetched.path)
+            finally:
+                fetched.path.unlink(missing_ok=True)
+        except (SubscriberError, OSError) as exc:
+            report.repair_failures.append(f"{uri}: {exc}")
+            continue
+        hash_text = change.hash_text or f"sha256:{fetched.sha256}"
+        checkpoint.record(
+            change,
+            ResourceState(uri, change.time, "created", fetched.length, hash_text, str(relative)),
+            None,
+            now=now,
+        )
+        report.repaired += 1
+    for extra in report.extra:
+        path = config.dest / extra
+        path.unlink(missing_ok=True)
+        extra_uri = mapping.uri_for(PurePosixPath(extra))
+        if extra_uri is not None:
+            checkpoint.forget(extra_uri)
+        report.repaired += 1

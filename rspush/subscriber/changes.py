@@ -54,7 +54,7 @@ class ResourceChange:
 
     @property
     def key(self) -> tuple[str, datetime, str]:
-        """What apply is idempotent on (DESIGN.md: URI, change datetime, change type)."""
+        """What apply is idempotent on: URI, change datetime, change type."""
         return (self.uri, self.time, self.change)
 
     def as_json(self) -> dict[str, Any]:

@@ -8,6 +8,9 @@ leaves a state the agent resumes from without losing or re-doing a change (re-de
 changes are skipped by :func:`subscriber.decide.decide`).
 
 A lock file beside the database (``flock``) stops two agents from sharing one state.
+
+The schema and every statement on it stay in this one module (hence its length), so a change
+of a table is made, and reviewed, in one place.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from rspush.resourcesync.w3cdt import from_us, to_us
 from .changes import ChangeType, Channel, ResourceChange
 from .decide import ResourceState
 from .errors import StateLockedError
+from .watermark import Watermark
+
+__all__ = ["Checkpoint", "Failure", "TopicState", "Watermark", "list_topics", "recent_failures"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -53,16 +59,6 @@ _FAILURE_COLUMNS = {
     "retryable": "INTEGER NOT NULL DEFAULT 1",
     "tries": "INTEGER NOT NULL DEFAULT 1",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Watermark:
-    """Where a topic's sync stands: everything at or before it is applied."""
-
-    epoch: str | None
-    position: str | None
-    """The hub's stream position, when the last change came by push; None after polling."""
-    last_time: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,11 @@ Exit status: 0 done (or stopped by SIGINT/SIGTERM with the checkpoint committed)
 mirror differs from the Source (``audit``) or the Source became unusable; 2 usage or
 discovery error (several topics and no ``--topic``, say); 3 history insufficient (``watch``);
 4 refused by the hub (unauthorised, unknown topic); 5 the state file is in use; 130 a second
-SIGINT/SIGTERM (quit at once).
+SIGINT/SIGTERM (quit at once). Every command maps the errors it ends with to these codes
+through one table (:func:`exit_status`).
+
+One module for the whole Typer app (hence its length): each command's options, help text and
+ending are read together; the options they share live in :mod:`subscriber.cli_options`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sqlite3
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import httpx
 import typer
@@ -53,8 +57,8 @@ from .cli_options import (
     Topic,
     build_config,
 )
-from .discovery import DiscoveryError, discover
-from .errors import StateLockedError, SubscriberError
+from .discovery import discover
+from .errors import DiscoveryError, StateLockedError, SubscriberError
 from .logs import EventWriter, setup_logging
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
 
@@ -71,6 +75,33 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """Keep a Destination in step with a ResourceSync Source."""
+
+
+_EXITS: Final[tuple[tuple[type[Exception], int, str], ...]] = (
+    # (error, exit status, prefix of its one-line message): the first that matches counts.
+    (DiscoveryError, EXIT_USAGE, ""),
+    (ProtocolError, EXIT_USAGE, ""),
+    (StateLockedError, EXIT_LOCKED, ""),
+    (HistoryInsufficientError, EXIT_HISTORY, ""),
+    (RefusedError, EXIT_REFUSED, "refused: "),
+    (PushError, EXIT_CLOSED, ""),
+    (SubscriberError, EXIT_FAILED, ""),
+)
+ENDING_ERRORS: Final = tuple(kind for kind, _, _ in _EXITS)
+"""What a command catches and turns into an exit status; anything else is a bug."""
+_REFUSING_CLOSE_CODES: Final = frozenset({4001, 4004})  # unauthorised, unknown topic
+
+
+def exit_status(exc: Exception) -> tuple[int, str]:
+    """The exit status and one-line message for an error a command ends with (one of
+    :data:`ENDING_ERRORS`). A push channel the hub closed as unauthorised or for an unknown
+    topic is a refusal too."""
+    for kind, code, prefix in _EXITS:
+        if isinstance(exc, kind):
+            if isinstance(exc, PushError) and exc.code in _REFUSING_CLOSE_CODES:
+                code = EXIT_REFUSED
+            return code, prefix + str(exc)
+    raise TypeError(f"no exit status for {type(exc).__name__}") from exc
 
 
 @app.command()
@@ -231,20 +262,19 @@ async def _run_agent(agent: Agent, baseline_only: bool, debug: bool) -> int:
         loop.add_signal_handler(signum, on_signal)
     try:
         await agent.run(baseline_only=baseline_only)
-    except (DiscoveryError, ProtocolError) as exc:
-        return _fail(f"{exc}", EXIT_USAGE, debug)
-    except StateLockedError as exc:
-        return _fail(str(exc), EXIT_LOCKED, debug)
-    except RefusedError as exc:
-        return _fail(f"refused: {exc}", EXIT_REFUSED, debug)
-    except SubscriberError as exc:
-        return _fail(str(exc), EXIT_FAILED, debug)
+    except ENDING_ERRORS as exc:
+        return _fail_with(exc, debug)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
     if agent.mirror is not None and agent.mirror.stats["failed"] and baseline_only:
         return _fail(f"{agent.mirror.stats['failed']} resources failed", EXIT_FAILED, debug)
     return 0
+
+
+def _fail_with(exc: Exception, debug: bool) -> int:
+    code, message = exit_status(exc)
+    return _fail(message, code, debug)
 
 
 def _fail(message: str, code: int, debug: bool) -> int:
@@ -297,39 +327,10 @@ def audit(
     reporter = setup_logging(json_logs=json_logs, debug=debug)
     try:
         report = asyncio.run(run_audit(config, repair=repair, reporter=reporter))
-    except DiscoveryError as exc:
-        raise typer.Exit(_fail(str(exc), EXIT_USAGE, debug)) from None
-    except StateLockedError as exc:
-        raise typer.Exit(_fail(str(exc), EXIT_LOCKED, debug)) from None
-    except SubscriberError as exc:
-        raise typer.Exit(_fail(str(exc), EXIT_FAILED, debug)) from None
-    summary = {
-        "listed": report.listed,
-        "missing": report.missing,
-        "different": [{"uri": u, "problem": p} for u, p in report.different],
-        "extra": report.extra,
-        "unmapped": [{"uri": u, "problem": p} for u, p in report.unmapped],
-        "repaired": report.repaired,
-        "repair_failures": report.repair_failures,
-    }
-    if as_json:
-        typer.echo(json.dumps(summary))
-    else:
-        typer.echo(
-            f"{report.listed} listed, {len(report.missing)} missing, "
-            f"{len(report.different)} different, {len(report.extra)} extra, "
-            f"{len(report.unmapped)} unmapped" + (f"; {report.repaired} repaired" if repair else "")
-        )
-        for uri in report.missing:
-            typer.echo(f"missing   {uri}")
-        for uri, problem in report.different:
-            typer.echo(f"different {uri}: {problem}")
-        for path in report.extra:
-            typer.echo(f"extra     {path}")
-        for uri, problem in report.unmapped:
-            typer.echo(f"unmapped  {uri}: {problem}")
-        for failure in report.repair_failures:
-            typer.echo(f"not repaired: {failure}")
+    except ENDING_ERRORS as exc:
+        raise typer.Exit(_fail_with(exc, debug)) from None
+    for line in [json.dumps(report.as_json())] if as_json else report.lines(repair=repair):
+        typer.echo(line)
     fixed = repair and not report.repair_failures and not report.unmapped
     raise typer.Exit(0 if report.in_sync or fixed else EXIT_FAILED)
 
@@ -440,9 +441,10 @@ async def _watch(
             )
             return EXIT_USAGE
         request = _request(endpoints.topic, since, epoch)
-    except (DiscoveryError, ProtocolError, ValueError) as exc:
-        typer.echo(f"rs-subscribe: {exc}", err=True)
-        return EXIT_USAGE
+    except ENDING_ERRORS as exc:
+        return _fail_with(exc, debug=False)
+    except ValueError as exc:  # --since/--epoch the hub's protocol cannot carry
+        return _fail(str(exc), EXIT_USAGE, debug=False)
     try:
         async for item in push_changes(endpoints.push_url, [request], fmt=fmt, token=token):
             if isinstance(item, Change):
@@ -454,15 +456,8 @@ async def _watch(
                     f"after position {item['position']})",
                     err=True,
                 )
-    except HistoryInsufficientError as exc:
-        typer.echo(f"rs-subscribe: {exc}", err=True)
-        return EXIT_HISTORY
-    except RefusedError as exc:
-        typer.echo(f"rs-subscribe: refused: {exc}", err=True)
-        return EXIT_REFUSED
-    except PushError as exc:
-        typer.echo(f"rs-subscribe: {exc}", err=True)
-        return EXIT_REFUSED if exc.code in (4001, 4004) else EXIT_CLOSED
+    except ENDING_ERRORS as exc:
+        return _fail_with(exc, debug=False)
     return EXIT_CLOSED
 
 

@@ -1,5 +1,5 @@
 """The options the ``rs-subscribe`` commands share, how they become an
-:class:`~subscriber.agent.AgentConfig`, and the exit codes (see :mod:`subscriber.cli`)."""
+:class:`~subscriber.config.AgentConfig`, and the exit codes (see :mod:`subscriber.cli`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from .agent import AgentConfig
+from .config import AgentConfig
 from .filters import ChangeFilter
 from .mapping import UriMap
 

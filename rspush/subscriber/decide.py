@@ -1,8 +1,8 @@
 """Whether a change needs applying, given what the mirror holds (pure).
 
 Apply is idempotent on (URI, change time, change type) and never goes back in time: a change
-older than the resource's recorded state is skipped (DESIGN.md "at-least-once delivery,
-idempotent apply"). A deletion leaves a tombstone, so a late replay of an older ``created``
+older than the resource's recorded state is skipped (delivery is at least once, apply is
+idempotent). A deletion leaves a tombstone, so a late replay of an older ``created``
 cannot resurrect the resource.
 """
 

@@ -16,14 +16,16 @@ one is tried; anything reached by following a link must be there. The push endpo
 from the change-notification entry's ``rs:ln rel="urn:rspush:websocket"`` or, failing that,
 the same relation in the Capability List's HTTP ``Link`` header (docs/protocol.md).
 
+The walk's steps share its state (what was tried, the documents read) and its limits, so
+they stay together in this module (hence its length); the link and page parsing they use is
+in :mod:`subscriber.links`.
+
 Every fetch is capped (``max_bytes``) and so is every chain of links (``max_hops``), so a
 hostile Source cannot make discovery loop or read without end. All XML goes through
 :func:`resourcesync.parse_document`; HTML is read with lxml.html, network off, capped.
 
-Errors: everything raised is a :class:`DiscoveryError` (``url`` names the document the
-problem is about, when there is one)::
-
-    DiscoveryError    the Source could not be discovered; the message says what was tried
+Errors: everything raised is a :class:`~subscriber.errors.DiscoveryError` (``url`` names the
+document the problem is about, when there is one).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import httpx
 from rspush.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
+from .errors import DiscoveryError
 from .links import (
     RESOURCESYNC_REL,
     WEB_SCHEMES,
@@ -64,14 +67,6 @@ _FOUND_TYPES: Final = frozenset(
         DocumentType.SOURCE_DESCRIPTION_INDEX,
     }
 )
-
-
-class DiscoveryError(Exception):
-    """The Source could not be discovered; the message says what was missing or tried."""
-
-    def __init__(self, message: str, *, url: str | None = None) -> None:
-        super().__init__(message)
-        self.url = url
 
 
 def source_base_uri(url: str) -> str:

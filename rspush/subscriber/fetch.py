@@ -95,7 +95,7 @@ class Fetcher:
             except FetchError as exc:
                 if superseded is not None and superseded():
                     raise SupersededError(change.uri, exc.reason) from exc
-                if not exc.retryable or attempt == self.tries:
+                if not exc.transient or attempt == self.tries:
                     raise
                 # Jittered backoff: a Source mid-update (or overloaded) gets time to settle.
                 await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1) * random.uniform(0.5, 1))
@@ -116,7 +116,7 @@ class Fetcher:
                             raise FetchError(
                                 change.uri,
                                 f"HTTP {reply.status_code}",
-                                retryable=reply.status_code in _RETRY_STATUS,
+                                transient=reply.status_code in _RETRY_STATUS,
                             )
                         async for chunk in reply.aiter_bytes():
                             length += len(chunk)
@@ -124,7 +124,7 @@ class Fetcher:
                                 raise FetchError(
                                     change.uri,
                                     f"larger than the {self.max_bytes}-byte limit",
-                                    retryable=False,
+                                    transient=False,
                                 )
                             for hasher in hashers.values():
                                 hasher.update(chunk)

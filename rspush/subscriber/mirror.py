@@ -1,32 +1,33 @@
 """Applying changes: filtering, ordering, verification, apply, checkpoint.
 
 Changes of one URI are applied in the order they were submitted; different URIs run
-concurrently, up to ``concurrency`` at once. Each submitted change gets a sequence number;
-the checkpoint's watermark only moves over a gap-free prefix of finished changes, so after a
-crash nothing submitted before the watermark is missing and everything after it is simply
-submitted again (and skipped where already applied: :func:`subscriber.decide.decide`).
+concurrently, up to ``concurrency`` at once. The checkpoint's watermark only moves over a
+gap-free prefix of finished changes (:class:`subscriber.watermark.WatermarkTracker`), written
+in the same transaction as the change that moved it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .appliers import Applier, ApplyError
+from .appliers import Applier
 from .changes import ChangeType, Channel, Outcome, ResourceChange
-from .checkpoint import Checkpoint, Watermark
+from .checkpoint import Checkpoint
 from .decide import Decision, ResourceState, decide
-from .errors import SubscriberError, SupersededError, UnmappedURIError
+from .errors import SubscriberError, SupersededError
 from .fetch import Fetched, Fetcher
 from .filters import ChangeFilter
 from .mapping import UriMap
+from .watermark import NO_WATERMARK, Watermark, WatermarkTracker
 
 log = logging.getLogger("rs_subscribe")
 
@@ -45,6 +46,19 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Why a change could not be applied, and whether a later retry may succeed (a refused
+    path never will: only a newer change or ``audit --repair`` settles it)."""
+
+    reason: str
+    retryable: bool = True
+
+
 class Mirror:
     def __init__(
         self,
@@ -59,7 +73,10 @@ class Mirror:
         concurrency: int = DEFAULT_CONCURRENCY,
         window: int = DEFAULT_WINDOW,
         clock: Callable[[], datetime] = _now,
+        watermark_held: Callable[[], bool] = _never,
     ) -> None:
+        """``watermark_held``: asked before the checkpoint's watermark is written; True (the
+        agent is in a baseline) keeps it where it is until the agent sets it."""
         self.checkpoint = checkpoint
         self.uri_map = uri_map
         self.applier = applier
@@ -71,28 +88,32 @@ class Mirror:
         self.clock = clock
         self.stats: Counter[str] = Counter()
         state = checkpoint.state()
-        self.watermark = state.watermark if state is not None else Watermark(None, None, None)
+        self._tracker = WatermarkTracker(state.watermark if state is not None else NO_WATERMARK)
+        self._held = watermark_held
         self._slots = asyncio.Semaphore(concurrency)
         self._window = asyncio.Semaphore(max(window, concurrency))
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._latest: dict[str, tuple[int, datetime]] = {}
         """The newest submitted change per URI (in flight only): sequence number, time."""
-        self._order: deque[int] = deque()
-        self._pending: dict[int, ResourceChange] = {}
-        self._done: set[int] = set()
-        self._seq = 0
         self._dirty = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self.epoch: str | None = self.watermark.epoch
-        self.hold_watermark = False
-        """True during a baseline: the checkpoint's watermark must not move until it ends."""
         self._unreported: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
         """Outcomes waiting for the batch's commit before they are reported."""
         self._batched = 0
         self._live = 0
         """Tasks submitted and not yet ended: idle at zero."""
         self._abandoning = False
+
+    @property
+    def watermark(self) -> Watermark:
+        """Where the gap-free prefix of finished changes stands (in memory; :meth:`flush`
+        writes it)."""
+        return self._tracker.watermark
+
+    @property
+    def epoch(self) -> str | None:
+        return self._tracker.epoch
 
     # --- submitting ------------------------------------------------------------------------
 
@@ -111,10 +132,7 @@ class Mirror:
                 content.path.unlink(missing_ok=True)
             return
         await self._window.acquire()
-        self._seq += 1
-        seq = self._seq
-        self._order.append(seq)
-        self._pending[seq] = change
+        seq = self._tracker.submitted(change)
         self._live += 1
         self._idle.clear()
         self._latest[change.uri] = (seq, change.time)
@@ -131,13 +149,23 @@ class Mirror:
         self.flush()
 
     def note_epoch(self, epoch: str | None) -> None:
-        """The hub named the stream's epoch (a subscription began). Remember it with the
-        watermark even before a change moves it: a later resume by time sends it, so a
-        recreated stream is noticed instead of being taken for a continuation."""
-        if epoch and self.watermark.epoch is None:
-            self.watermark = Watermark(epoch, self.watermark.position, self.watermark.last_time)
+        """The hub named the stream's epoch (:meth:`WatermarkTracker.note_epoch`)."""
+        if self._tracker.note_epoch(epoch):
             self._dirty += 1
-        self.epoch = epoch or self.epoch
+
+    async def retry_failures(self, max_tries: int, stopping: Callable[[], bool]) -> None:
+        """Submit again the failed changes worth another try (fewer than ``max_tries``),
+        until ``stopping()``."""
+        for change in self.checkpoint.retryable_failures(max_tries=max_tries):
+            if stopping():
+                return
+            await self.submit(change)
+
+    def report_rebaseline(self, reason: str) -> None:
+        """Tell the event sink that the agent starts a new baseline, and why."""
+        if self.events is not None:
+            applied = format_w3c_datetime(self.clock())
+            self.events({"event": "rebaseline", "reason": reason, "applied": applied})
 
     def abandon(self) -> None:
         """Stopping: changes not yet being applied are dropped, not applied. The watermark
@@ -146,7 +174,7 @@ class Mirror:
         self._abandoning = True
 
     def flush(self) -> None:
-        if self._dirty and not self.hold_watermark:
+        if self._dirty and not self._held():
             self.checkpoint.set_watermark(self.watermark, now=self.clock())
             self._dirty = 0
         self.commit()
@@ -155,8 +183,7 @@ class Mirror:
         """Move the watermark without a change (a baseline's ``at``, a subscription's
         starting point). Only when nothing is in flight."""
         assert self._idle.is_set(), "set_watermark while changes are in flight"
-        self.watermark = watermark
-        self.epoch = watermark.epoch
+        self._tracker.reset(watermark)
         self.checkpoint.set_watermark(watermark, now=self.clock())
         self._dirty = 0
         self.commit()
@@ -186,10 +213,10 @@ class Mirror:
                     self.stats["superseded"] += 1
                     if content is not None:
                         content.path.unlink(missing_ok=True)
-                    state, failure = None, None
+                    state, failed = None, None
                 else:
-                    state, failure = await self._apply(change, content, superseded)
-                self._finish(seq, change, state, failure)
+                    state, failed = await self._apply(change, content, superseded)
+                self._finish(seq, change, state, failed)
         finally:
             if self._lanes.get(change.uri) is asyncio.current_task():
                 del self._lanes[change.uri]
@@ -212,8 +239,8 @@ class Mirror:
 
     async def _apply(
         self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
-    ) -> tuple[ResourceState | None, str | None]:
-        """(new resource state or None, failure reason or None)."""
+    ) -> tuple[ResourceState | None, Failed | None]:
+        """(new resource state or None, why it failed or None)."""
         try:
             return await self._decide_and_apply(change, content, superseded)
         except Exception as exc:  # noqa: BLE001 - one bad change must not stall the rest
@@ -221,14 +248,14 @@ class Mirror:
             # change's sequence number must finish, or the watermark stops for good.
             log.exception("unexpected error applying %s", change.uri)
             self.stats["failed"] += 1
-            return None, f"{change.uri}: {type(exc).__name__}: {exc}"
+            return None, Failed(f"{change.uri}: {type(exc).__name__}: {exc}")
         finally:
             if content is not None:
                 content.path.unlink(missing_ok=True)
 
     async def _decide_and_apply(
         self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
-    ) -> tuple[ResourceState | None, str | None]:
+    ) -> tuple[ResourceState | None, Failed | None]:
         stored = self.checkpoint.resource(change.uri)
         held = stored is not None and stored.change != ChangeType.DELETED
         # A deletion of something we hold is applied even if its entry lacks the links the
@@ -266,13 +293,12 @@ class Mirror:
         except SupersededError:
             self.stats["superseded"] += 1
             return None, None
-        except (SubscriberError, ApplyError) as exc:
-            kind = "refused" if isinstance(exc, UnmappedURIError) else "failed"
-            self.stats[kind] += 1
-            return None, str(exc)
+        except SubscriberError as exc:
+            self.stats["failed" if exc.retryable else "refused"] += 1
+            return None, Failed(str(exc), exc.retryable)
         except OSError as exc:
             self.stats["failed"] += 1
-            return None, f"{change.uri}: {exc.strerror or exc}"
+            return None, Failed(f"{change.uri}: {exc.strerror or exc}")
 
     async def _fetch(self, change: ResourceChange, superseded: Callable[[], bool]) -> Fetched:
         assert self.fetcher is not None
@@ -291,28 +317,22 @@ class Mirror:
         seq: int,
         change: ResourceChange,
         state: ResourceState | None,
-        failure: str | None,
+        failed: Failed | None,
     ) -> None:
-        self._done.add(seq)
-        moved = self._advance() and not self.hold_watermark
+        moved = self._tracker.finished(seq) and not self._held()
         watermark = self.watermark if moved else None
         now = self.clock()
-        if (failure is not None or state is not None) and not self.checkpoint.in_batch:
+        if (failed is not None or state is not None) and not self.checkpoint.in_batch:
             # Group commit: everything finishing in this event-loop pass, one COMMIT.
             self.checkpoint.begin_batch()
             asyncio.get_running_loop().call_soon(self.commit)
-        if failure is not None:
-            log.warning("%s", failure)
+        if failed is not None:
+            log.warning("%s", failed.reason)
             self.checkpoint.record_failure(
-                change,
-                failure,
-                watermark,
-                now=now,
-                # A refused path stays refused (UnmappedURIError: "refused <uri>: …").
-                retryable=not failure.startswith("refused "),
+                change, failed.reason, watermark, now=now, retryable=failed.retryable
             )
             self._dirty = 0 if moved else self._dirty
-            self._emit(change, "failed", now, reason=failure)
+            self._emit(change, "failed", now, reason=failed.reason)
         elif state is not None:
             self.checkpoint.record(change, state, watermark, now=now)
             self._dirty = 0 if moved else self._dirty
@@ -322,25 +342,6 @@ class Mirror:
             self._dirty += 1
             if self._dirty >= _FLUSH_EVERY:
                 self.flush()
-
-    def _advance(self) -> bool:
-        moved = False
-        while self._order and self._order[0] in self._done:
-            seq = self._order.popleft()
-            self._done.discard(seq)
-            change = self._pending.pop(seq)
-            if change.channel == Channel.RETRY:
-                moved = True  # the prefix advanced; where the stream stands did not
-                continue
-            if change.epoch is not None:
-                self.epoch = change.epoch
-            self.watermark = Watermark(
-                self.epoch,
-                change.position,  # None for polled/archived changes: resume by time then
-                max(change.time, self.watermark.last_time or change.time),
-            )
-            moved = True
-        return moved
 
     def commit(self) -> None:
         """Commit the open batch, then tell the world: an event (or outcome) is only ever

@@ -3,7 +3,7 @@ with a real checkpoint in ``tmp_path`` and a recording :class:`~subscriber.appli
 that can hold a change until the test lets it go, or fail it.
 
 Ordering per URI, concurrency across URIs and its bound, the gap-free watermark, idempotent
-re-submission, failures, ``hold_watermark`` and the events. Waits are on conditions (the loop
+re-submission, failures, ``watermark_held`` and the events. Waits are on conditions (the loop
 runs until a predicate holds, bounded by a timeout), never fixed sleeps.
 """
 
@@ -462,8 +462,8 @@ async def test_hold_watermark_keeps_the_checkpoints_watermark(
 ) -> None:
     before = Watermark("epoch-0", "7-0", T0)
     checkpoint.set_watermark(before, now=NOW)
-    mirror = make_mirror()
-    mirror.hold_watermark = True
+    held = True  # the agent is in a baseline
+    mirror = make_mirror(watermark_held=lambda: held)
     applier.failing[SITE + "bad"] = ApplyError("no")
 
     for each in (change("a", 8), change("bad", 9), change("a", 8), change("b", 10)):
@@ -479,7 +479,7 @@ async def test_hold_watermark_keeps_the_checkpoints_watermark(
 
     # The baseline ends: its own watermark is written explicitly.
     after = Watermark(None, None, T0 + timedelta(hours=1))
-    mirror.hold_watermark = False
+    held = False
     mirror.set_watermark(after)
     state = checkpoint.state()
     assert state is not None and state.watermark == after

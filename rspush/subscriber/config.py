@@ -1,0 +1,55 @@
+"""What one agent (or audit) is told: :class:`AgentConfig`, built by the command line
+(:func:`subscriber.cli_options.build_config`) or by a program embedding the agent."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .fetch import DEFAULT_MAX_BYTES, DEFAULT_TRIES
+from .filters import ChangeFilter
+from .mapping import STATE_DIR
+from .mirror import DEFAULT_CONCURRENCY
+
+USER_AGENT = "rs-subscribe/0.1 (rspush)"
+
+
+@dataclass
+class AgentConfig:
+    source_url: str
+    dest: Path
+    state: Path | None = None
+    """Default: ``<dest>/.rs-subscribe/state.sqlite``."""
+    topic: str | None = None
+    maps: list[tuple[str, str]] = field(default_factory=list)
+    change_filter: ChangeFilter = field(default_factory=ChangeFilter)
+    keep_deleted: bool = False
+    concurrency: int = DEFAULT_CONCURRENCY
+    poll_interval: float = 5.0
+    token: str | None = None
+    use_dump: bool = True
+    fetch: bool = True
+    """False: record changes without fetching content (metadata-only)."""
+    tries: int = DEFAULT_TRIES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    http_timeout: float = 30.0
+    retry_interval: float = 60.0
+    """Seconds between retries of failed changes."""
+    max_tries: int = 10
+    """How often a failed change is retried before only a newer change (or audit --repair)
+    can settle it."""
+
+    @property
+    def state_path(self) -> Path:
+        return self.state or self.dest / STATE_DIR / "state.sqlite"
+
+    @property
+    def temp_dir(self) -> Path:
+        """Downloads in flight: inside the destination (same file system: renames are
+        atomic), one directory per state file — agents of several topics may share a
+        destination, each clearing only its own leftovers."""
+        key = hashlib.sha256(str(self.state_path.resolve()).encode()).hexdigest()[:12]
+        return self.dest / STATE_DIR / "tmp" / key

@@ -1,0 +1,107 @@
+"""The composition root: the parts of an agent (``run``, ``baseline``) or of an ``audit``,
+built from an :class:`~subscriber.config.AgentConfig` — one HTTP client, the topic's
+endpoints (discovery), its checkpoint (locked), the URI map, the fetcher, the document
+reader, the Change Lists and the mirror that applies changes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from .appliers import Applier, FilesystemApplier, NullApplier
+from .changelists import ChangeLists
+from .changes import Outcome
+from .checkpoint import Checkpoint
+from .config import USER_AGENT, AgentConfig
+from .discovery import TopicEndpoints, discover
+from .fetch import Fetcher, clear_temp
+from .mapping import UriMap
+from .mirror import EventSink, Mirror
+from .reader import DocumentReader
+
+
+@asynccontextmanager
+async def http_client(config: AgentConfig) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"User-Agent": USER_AGENT}
+    async with httpx.AsyncClient(
+        timeout=config.http_timeout, follow_redirects=True, headers=headers
+    ) as client:
+        yield client
+
+
+async def find_topic(client: httpx.AsyncClient, config: AgentConfig) -> TopicEndpoints:
+    return await discover(client, config.source_url, config.topic)
+
+
+def uri_map(config: AgentConfig, endpoints: TopicEndpoints) -> UriMap:
+    """The ``--map`` pairs; by default the Source's base URI onto the destination."""
+    return UriMap.build(config.maps or [(endpoints.base_uri, "")])
+
+
+@contextmanager
+def open_state(config: AgentConfig, endpoints: TopicEndpoints) -> Iterator[Checkpoint]:
+    """The topic's checkpoint, locked (:class:`~subscriber.errors.StateLockedError` if
+    another agent holds it); what a killed agent left in the temp directory is cleared — only
+    now, under the lock."""
+    config.dest.mkdir(parents=True, exist_ok=True)
+    with Checkpoint(config.state_path, endpoints.capability_list, endpoints.topic) as checkpoint:
+        clear_temp(config.temp_dir)
+        yield checkpoint
+
+
+def fetcher(config: AgentConfig, client: httpx.AsyncClient) -> Fetcher:
+    return Fetcher(client, config.temp_dir, tries=config.tries, max_bytes=config.max_bytes)
+
+
+def default_applier(config: AgentConfig) -> Applier:
+    if not config.fetch:
+        return NullApplier()  # metadata-only: there are no bytes to write
+    return FilesystemApplier(config.dest, keep_deleted=config.keep_deleted)
+
+
+@dataclass(frozen=True)
+class AgentParts:
+    endpoints: TopicEndpoints
+    fetcher: Fetcher
+    reader: DocumentReader
+    lists: ChangeLists
+    mirror: Mirror
+
+
+@asynccontextmanager
+async def agent_parts(
+    config: AgentConfig,
+    *,
+    applier: Applier | None,
+    events: EventSink | None,
+    on_outcome: Callable[[Outcome], None] | None,
+    watermark_held: Callable[[], bool],
+) -> AsyncIterator[AgentParts]:
+    """Everything an agent runs with, for as long as the block lasts (then the checkpoint is
+    closed and unlocked, and the HTTP client closed)."""
+    async with http_client(config) as client:
+        endpoints = await find_topic(client, config)
+        with open_state(config, endpoints) as checkpoint:
+            fetch = fetcher(config, client)
+            reader = DocumentReader(client)
+            mirror = Mirror(
+                checkpoint,
+                uri_map(config, endpoints),
+                applier or default_applier(config),
+                fetch if config.fetch else None,
+                change_filter=config.change_filter,
+                events=events,
+                on_outcome=on_outcome,
+                concurrency=config.concurrency,
+                watermark_held=watermark_held,
+            )
+            lists = ChangeLists(
+                reader,
+                capability_list=endpoints.capability_list,
+                change_list=endpoints.change_list,
+                archive=endpoints.change_list_archive,
+            )
+            yield AgentParts(endpoints, fetch, reader, lists, mirror)
