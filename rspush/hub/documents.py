@@ -1,4 +1,4 @@
-"""Serving the materialised documents: read the store, build with :mod:`hub.materialise`,
+"""Serving the materialised documents: read the store, build with :mod:`rspush.hub.materialise`,
 cache by the topic's version so repeated polls of an unchanged list cost one HGETALL.
 
 Every hub process builds the same bytes from the same Redis state, so any of them can serve

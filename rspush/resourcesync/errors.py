@@ -11,7 +11,7 @@ One root, so callers can catch everything this package raises with one clause::
         └── NotResourceSyncError well-formed Sitemap XML, but not a ResourceSync document
 
 Rule violations inside a usable document are not exceptions: they are
-:class:`resourcesync.violations.Violation` values returned by the validator, so a caller
+:class:`rspush.resourcesync.violations.Violation` values returned by the validator, so a caller
 sees every one of them at once.
 """
 

@@ -228,7 +228,7 @@ class Document(BaseModel):
 
     ``problems`` carries the violations the parser found in attribute values it could not
     convert (bad datetimes, non-integer lengths, malformed hashes…); those values are left
-    out of the model and :func:`resourcesync.validator.validate` reports them with the rest.
+    out of the model and :func:`rspush.resourcesync.validator.validate` reports them with the rest.
     ``size`` is the byte length it was parsed from (None for documents built in code).
     """
 

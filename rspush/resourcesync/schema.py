@@ -49,7 +49,7 @@ def _schema(root: str) -> etree.XMLSchema:
 def schema_errors(data: bytes) -> list[str]:
     """Messages of every XSD violation in ``data`` (empty when valid).
 
-    ``data`` must already have passed :func:`resourcesync.parser.parse_document`, which is
+    ``data`` must already have passed :func:`rspush.resourcesync.parser.parse_document`, which is
     what makes it safe to build a tree of here.
     """
     parser = etree.XMLParser(

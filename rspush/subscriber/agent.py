@@ -1,11 +1,11 @@
 """The Destination agent: discover, baseline, then follow — push when it can, polling when it
 must, the archives when it was away too long, a new baseline when nothing else can answer.
 
-It drives the pure state machine of :mod:`subscriber.states`: it does the I/O of each state
-and reports what happened as an event. Its parts are built by :mod:`subscriber.wiring`.
+It drives the pure state machine of :mod:`rspush.subscriber.states`: it does the I/O of each state
+and reports what happened as an event. Its parts are built by :mod:`rspush.subscriber.wiring`.
 
 Resuming after poll or catch-up is by time (``since``, inclusive): changes already applied
-come again and are skipped (:mod:`subscriber.decide`), so nothing is missed and nothing is
+come again and are skipped (:mod:`rspush.subscriber.decide`), so nothing is missed and nothing is
 applied twice.
 """
 
@@ -302,7 +302,7 @@ class Agent:
     async def _archive_too_short(self, exc: ArchiveTooShortError) -> None:
         """Rebaseline — unless we just did and the Source's lists still start after its
         Resource List's ``at``: then say so and go on from where the lists start
-        (:meth:`subscriber.states.Machine.follow_lists_from`)."""
+        (:meth:`rspush.subscriber.states.Machine.follow_lists_from`)."""
         mirror = self._need().mirror
         start = self.machine.follow_lists_from(mirror.watermark.last_time, exc.earliest)
         if start is not None:

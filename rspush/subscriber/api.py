@@ -6,7 +6,7 @@
 ...         print(outcome.event, outcome.change.uri, outcome.change.channel)
 
 The applier is anything with ``async apply(change, relative_path, content_file)``
-(:class:`subscriber.appliers.Applier`): the file system by default, a search index, a
+(:class:`rspush.subscriber.appliers.Applier`): the file system by default, a search index, a
 queue… It gets each change after filtering, ordering and verification; the iterator yields
 it once the applier returned and the checkpoint is committed. Leaving the ``async with``
 block stops the agent cleanly (changes in flight finish, the checkpoint is committed).

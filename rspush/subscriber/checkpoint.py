@@ -5,7 +5,7 @@ Per Source and topic: the epoch, the last position and the last change time appl
 Per resource: change time, change type, length, hash and file path. A resource's new state
 and the watermark it allows are written in the same transaction, so a crash at any point
 leaves a state the agent resumes from without losing or re-doing a change (re-delivered
-changes are skipped by :func:`subscriber.decide.decide`).
+changes are skipped by :func:`rspush.subscriber.decide.decide`).
 
 A lock file beside the database (``flock``) stops two agents from sharing one state.
 
@@ -268,7 +268,7 @@ class Checkpoint:
     def start_baseline(self, *, now: datetime) -> None:
         """A new baseline: the topic's watermark is forgotten until the baseline completes
         (an interrupted baseline starts over; resources already fetched are not fetched
-        again, see :func:`subscriber.decide.decide`)."""
+        again, see :func:`rspush.subscriber.decide.decide`)."""
         with self._transaction():
             self._db.execute(
                 "INSERT INTO topics (source, topic, updated_us) VALUES (?, ?, ?) "

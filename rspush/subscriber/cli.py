@@ -8,7 +8,7 @@ SIGINT/SIGTERM (quit at once). Every command maps the errors it ends with to the
 through one table (:func:`exit_status`).
 
 One module for the whole Typer app (hence its length): each command's options, help text and
-ending are read together; the options they share live in :mod:`subscriber.cli_options`.
+ending are read together; the options they share live in :mod:`rspush.subscriber.cli_options`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The options the ``rs-subscribe`` commands share, how they become an
-:class:`~subscriber.config.AgentConfig`, and the exit codes (see :mod:`subscriber.cli`)."""
+:class:`~rspush.subscriber.config.AgentConfig`, and the exit codes (see
+:mod:`rspush.subscriber.cli`)."""
 
 from __future__ import annotations
 

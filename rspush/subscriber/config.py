@@ -1,5 +1,5 @@
 """What one agent (or audit) is told: :class:`AgentConfig`, built by the command line
-(:func:`subscriber.cli_options.build_config`) or by a program embedding the agent."""
+(:func:`rspush.subscriber.cli_options.build_config`) or by a program embedding the agent."""
 
 from __future__ import annotations
 

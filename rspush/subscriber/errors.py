@@ -23,7 +23,7 @@ Tree::
 Each error says whether a change that failed with it is worth another try later
 (:attr:`SubscriberError.retryable`); the agent records that with the failure instead of
 reading it from the message. The command line maps the tree to exit codes in one table
-(:mod:`subscriber.cli`).
+(:mod:`rspush.subscriber.cli`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Changes of one URI are applied in the order they were submitted; different URIs run
 concurrently, up to ``concurrency`` at once. The checkpoint's watermark only moves over a
-gap-free prefix of finished changes (:class:`subscriber.watermark.WatermarkTracker`), written
+gap-free prefix of finished changes (:class:`rspush.subscriber.watermark.WatermarkTracker`), written
 in the same transaction as the change that moved it.
 """
 

@@ -1,6 +1,6 @@
 """The agent's state machine (one topic of one Source), without I/O.
 
-:func:`next_state` is the whole of it: the agent (:mod:`subscriber.agent`) does the work of
+:func:`next_state` is the whole of it: the agent (:mod:`rspush.subscriber.agent`) does the work of
 each state and reports what happened as an :class:`Event`::
 
     STARTING ──baseline needed──> BASELINE ──baseline done──> CONNECTING

@@ -4,7 +4,7 @@ Changes are submitted in stream order and finish in any order (different URIs ap
 concurrently). :class:`WatermarkTracker` numbers them as they are submitted and moves the
 watermark only over the gap-free prefix of finished ones, so after a crash nothing before
 the watermark is missing and everything after it is simply submitted again (and skipped
-where already applied: :func:`subscriber.decide.decide`). Pure: no I/O, no event loop; the
+where already applied: :func:`rspush.subscriber.decide.decide`). Pure: no I/O, no event loop; the
 mirror writes what it reports to the checkpoint.
 """
 

@@ -1,5 +1,5 @@
 """The composition root: the parts of an agent (``run``, ``baseline``) or of an ``audit``,
-built from an :class:`~subscriber.config.AgentConfig` — one HTTP client, the topic's
+built from an :class:`~rspush.subscriber.config.AgentConfig` — one HTTP client, the topic's
 endpoints (discovery), its checkpoint (locked), the URI map, the fetcher, the document
 reader, the Change Lists and the mirror that applies changes."""
 
@@ -43,7 +43,7 @@ def uri_map(config: AgentConfig, endpoints: TopicEndpoints) -> UriMap:
 
 @contextmanager
 def open_state(config: AgentConfig, endpoints: TopicEndpoints) -> Iterator[Checkpoint]:
-    """The topic's checkpoint, locked (:class:`~subscriber.errors.StateLockedError` if
+    """The topic's checkpoint, locked (:class:`~rspush.subscriber.errors.StateLockedError` if
     another agent holds it); what a killed agent left in the temp directory is cleared — only
     now, under the lock."""
     config.dest.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rspush.protocol import CloseCode, ProtocolError
+from rspush.protocol import CloseCode, HistoryInsufficient, Position, ProtocolError
 from rspush.subscriber.changelists import ArchiveTooShortError
 from rspush.subscriber.cli import ENDING_ERRORS, exit_status
 from rspush.subscriber.errors import (
@@ -44,7 +44,17 @@ def test_each_error_has_one_status_and_line(error: Exception, status: int, messa
 
 
 def test_history_insufficient_is_status_3() -> None:
-    error = HistoryInsufficientError({"topic": "t", "reason": "trimmed", "oldest": "1-0"})
+    error = HistoryInsufficientError(
+        HistoryInsufficient(
+            topic="t",
+            reason="trimmed",
+            epoch="e",
+            oldest=Position(1, 0),
+            after=None,
+            after_time=None,
+            archive="http://hub.example/topics/t/changelist-archive.xml",
+        )
+    )
     assert exit_status(error)[0] == 3
 
 
