@@ -117,6 +117,7 @@ async def test_ingest_documents_and_push_on_a_cluster(cluster_url: str) -> None:
     async with running_hub(settings, sock=sock) as hub:
         assert hub.push_url is not None
         received: list[Change] = []
+        subscribed = asyncio.Event()
 
         async def watch() -> None:
             async for item in push_changes(hub.push_url, [TopicRequest(topic="dataset2")]):
@@ -124,8 +125,13 @@ async def test_ingest_documents_and_push_on_a_cluster(cluster_url: str) -> None:
                     received.append(item)
                     if len(received) == 2:
                         return
+                elif item.get("type") == "subscribed":
+                    subscribed.set()
 
         watcher = asyncio.create_task(watch())
+        # A live subscription (no resume point) sees what is posted after it is registered.
+        async with asyncio.timeout(20 * TIMEOUT_SCALE):
+            await subscribed.wait()
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             for topic, token in (
                 ("dataset1", "token-of-source-a"),
