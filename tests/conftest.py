@@ -1,33 +1,12 @@
-"""Shared test configuration.
+"""Session-wide fixtures, visible to every test folder: the spec folder, the Redis-compatible
+server and a key prefix per test. They live in :mod:`tests.support`; the folders whose tests
+run a hub add the hub fixtures in their own conftest.
 
-``RSPUSH_TIMEOUT_SCALE`` multiplies condition-wait timeouts on slow machines.
+``RSPUSH_TIMEOUT_SCALE`` multiplies condition-wait timeouts on slow machines
+(:mod:`tests.support.waiting`).
 """
 
-from __future__ import annotations
+from tests.support.redis import prefix, redis_url
+from tests.support.spec import spec_dir
 
-import os
-from pathlib import Path
-
-import pytest
-
-TIMEOUT_SCALE = float(os.environ.get("RSPUSH_TIMEOUT_SCALE", "1"))
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _find_spec() -> Path:
-    """The spec folder: ../shared/spec beside the clone (as in CI), or RSPUSH_SPEC_DIR."""
-    configured = os.environ.get("RSPUSH_SPEC_DIR")
-    candidates = [Path(configured)] if configured else []
-    candidates += [REPO.parent / "shared" / "spec", REPO / "spec"]
-    for candidate in candidates:
-        if (candidate / "examples").is_dir():
-            return candidate
-    raise RuntimeError(
-        "spec examples not found: set RSPUSH_SPEC_DIR to the folder holding examples/"
-    )
-
-
-@pytest.fixture(scope="session")
-def spec_dir() -> Path:
-    return _find_spec()
+__all__ = ["prefix", "redis_url", "spec_dir"]

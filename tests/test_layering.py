@@ -4,13 +4,21 @@ with ``ast``, nothing is imported):
 - ``rspush.resourcesync`` imports no other rspush package;
 - ``rspush.protocol`` imports only the standard library (none of its I/O modules), pydantic
   and ``rspush.resourcesync``: it is sans-I/O, shared by both ends;
-- ``rspush.hub`` and ``rspush.subscriber`` never import each other.
+- ``rspush.hub`` and ``rspush.subscriber`` never import each other;
+
+and the same split in the tests (each test above also checks it):
+
+- a test module under ``tests/hub/`` never imports ``rspush.subscriber``, one under
+  ``tests/subscriber/`` never imports ``rspush.hub``, directly or through the support modules
+  it imports; only ``tests/e2e/`` runs both;
+- a test module imports shared support from ``tests.support``, never from another test folder.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import rspush
@@ -97,6 +105,7 @@ def test_every_layer_is_checked() -> None:
     layers = {module.split(".")[1] for module, _ in _modules()}
     assert layers == set(ALLOWED_RSPUSH)
     assert len(_modules()) >= 40
+    _every_test_folder_with_a_rule_is_checked()
 
 
 def test_the_packages_respect_the_layering() -> None:
@@ -106,6 +115,7 @@ def test_the_packages_respect_the_layering() -> None:
         name = module.removesuffix(".__init__")
         problems += violations(name, path.read_text(), is_package=is_package)
     assert problems == []
+    _the_tests_respect_the_layering()
 
 
 def test_the_checker_flags_violations() -> None:
@@ -129,3 +139,127 @@ def test_the_checker_flags_violations() -> None:
     assert violations("rspush.protocol.x", "from .positions import Position") == []
     assert violations("rspush.hub.x", "from rspush.protocol import Position\nimport redis") == []
     assert violations("rspush.subscriber.x", "from ..protocol import TopicRequest") == []
+    _the_checker_flags_violations_in_tests()
+
+
+# --- the test folders ------------------------------------------------------------------------
+#
+# The same rule for the tests: a test of the hub never runs the subscriber, a test of the
+# subscriber never runs a hub, and only the end-to-end tests run both. A test module imports
+# shared support from tests.support only (never another test folder), and what it reaches
+# through tests.support counts as its own import.
+
+TESTS = Path(__file__).resolve().parent
+FORBIDDEN_IN_TESTS = {"hub": "rspush.subscriber", "subscriber": "rspush.hub"}
+SHARED_TESTS = "tests.support"
+
+
+def _test_source(module: str) -> str | None:
+    """The source of ``module`` if it is a module of the tests package, else None."""
+    parts = module.split(".")
+    if parts[0] != "tests":
+        return None
+    base = TESTS.parent.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate.read_text()
+    return None
+
+
+def _imports_of(module: str, source: str) -> list[tuple[int, str]]:
+    """What ``module`` imports, with ``from package import name`` also read as the module
+    ``package.name`` (it may be a submodule)."""
+    found = imported_names(module, source)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def violations_in_tests(
+    module: str, source: str, read: Callable[[str], str | None] = _test_source
+) -> list[str]:
+    """What the test module ``module`` imports, itself or through the tests modules it
+    imports (``read`` gives their source), against the rule of its folder."""
+    folder = module.split(".")[1]
+    forbidden = FORBIDDEN_IN_TESTS.get(folder)
+    problems = []
+    seen = {module}
+    pending = [(module, source, "")]
+    while pending:
+        current, text, via = pending.pop()
+        for line, name in _imports_of(current, text):
+            where = f"{module} imports {name}" + (f" (through {via})" if via else f" (line {line})")
+            if forbidden and (name == forbidden or name.startswith(forbidden + ".")):
+                problems.append(where)
+            if (
+                current == module
+                and name.startswith("tests.")
+                and not name.startswith((SHARED_TESTS, f"tests.{folder}."))
+            ):
+                problems.append(where)
+            if name.startswith("tests.") and name not in seen:
+                seen.add(name)
+                imported = read(name)
+                if imported is not None:
+                    pending.append((name, imported, via or name))
+    return sorted(set(problems))
+
+
+def _test_modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        parts = path.relative_to(TESTS.parent).with_suffix("").parts
+        if len(parts) > 2 and parts[1] in FORBIDDEN_IN_TESTS:
+            found.append((".".join(parts).removesuffix(".__init__"), path))
+    return found
+
+
+def _every_test_folder_with_a_rule_is_checked() -> None:
+    folders = {module.split(".")[1] for module, _ in _test_modules()}
+    assert folders == set(FORBIDDEN_IN_TESTS)
+    assert len(_test_modules()) >= 20
+
+
+def _the_tests_respect_the_layering() -> None:
+    problems = []
+    for module, path in _test_modules():
+        problems += violations_in_tests(module, path.read_text())
+    assert problems == []
+
+
+def _the_checker_flags_violations_in_tests() -> None:
+    # Direct imports of the other side, and of another test folder.
+    assert (
+        violations_in_tests("tests.hub.test_x", "from rspush.subscriber.push import Change") != []
+    )
+    assert violations_in_tests("tests.hub.test_x", "import rspush.subscriber") != []
+    assert (
+        violations_in_tests("tests.subscriber.test_x", "from rspush.hub.server import bind") != []
+    )
+    assert violations_in_tests("tests.subscriber.test_x", "from tests.hub import conftest") != []
+    assert violations_in_tests("tests.hub.test_x", "from tests.e2e.test_agent import x") != []
+    # Indirect imports, through a support module: real ones, and one given here.
+    assert violations_in_tests("tests.hub.test_x", "from tests.support.agents import x") != []
+    assert violations_in_tests("tests.subscriber.test_x", "from tests.support.hubs import x") != []
+    assert violations_in_tests("tests.subscriber.test_x", "from tests.support import hubs") != []
+    fake = {
+        "tests.support.fake": "from tests.support.deeper import y",
+        "tests.support.deeper": "import rspush.hub",
+    }
+    assert (
+        violations_in_tests("tests.subscriber.test_x", "import tests.support.fake", fake.get) != []
+    )
+    # …and lets the allowed imports through.
+    assert (
+        violations_in_tests("tests.subscriber.test_x", "from tests.support.origin import x") == []
+    )
+    assert (
+        violations_in_tests("tests.subscriber.test_x", "from tests.support.agents import x") == []
+    )
+    assert violations_in_tests("tests.hub.test_x", "from tests.support.hubs import x") == []
+    assert violations_in_tests("tests.hub.test_x", "from tests.support.push import x") == []
+    both = "from rspush.hub.server import bind\nfrom rspush.subscriber.push import Change"
+    assert (
+        violations_in_tests("tests.e2e.test_x", both + "\nfrom tests.support.agents import x") == []
+    )

@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -29,7 +28,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, TIMEOUT_SCALE
+from tests.support.spec import REPO
+from tests.support.waiting import TIMEOUT_SCALE, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -53,15 +53,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _clean_env() -> dict[str, str]:
@@ -204,7 +195,7 @@ def test_hub_publish_mirror_validate_from_the_installed_wheel(
             except httpx.HTTPError:
                 return False
 
-        _wait_for(ready, "the installed hub to be ready")
+        wait_for(ready, "the installed hub to be ready")
 
         mirror = tmp_path / "mirror"
         with (tmp_path / "agent.log").open("wb") as agent_log:
@@ -244,7 +235,7 @@ def test_hub_publish_mirror_validate_from_the_installed_wheel(
             target = mirror / "hello.txt"
             return target.exists() and target.read_bytes() == body
 
-        _wait_for(mirrored, "the installed agent to mirror the change")
+        wait_for(mirrored, "the installed agent to mirror the change")
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(30 * TIMEOUT_SCALE) == 0, (tmp_path / "agent.log").read_text()
 

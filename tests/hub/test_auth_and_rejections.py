@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 
 from rspush.hub.server import RunningHub
 from rspush.resourcesync import parse_document
-from tests.hub.conftest import TOKEN_A, TOKEN_B, HubFactory, auth, change_fragment
+from tests.support.fragments import TOKEN_A, TOKEN_B, auth, change_fragment
+from tests.support.hubs import HubFactory
 
 RS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '

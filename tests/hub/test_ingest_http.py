@@ -7,7 +7,7 @@ import httpx
 from rspush.hub.server import RunningHub
 from rspush.resourcesync import DocumentType, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
-from tests.hub.conftest import auth, change_fragment
+from tests.support.fragments import auth, change_fragment
 
 
 async def test_post_then_read_every_document(hub: RunningHub, client: httpx.AsyncClient) -> None:

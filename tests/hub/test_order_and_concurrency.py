@@ -17,7 +17,9 @@ from redis.asyncio import Redis
 from rspush.hub.server import RunningHub
 from rspush.resourcesync import Document, DocumentType, Entry, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
-from tests.hub.conftest import HubFactory, auth, change_fragment, eventually, iso
+from tests.support.fragments import auth, change_fragment, iso
+from tests.support.hubs import HubFactory
+from tests.support.waiting import eventually
 
 RS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '

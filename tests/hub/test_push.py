@@ -1,282 +1,46 @@
 """The WebSocket push channel end to end (docs/protocol.md): a real hub, real Redis, real
 WebSocket clients on loopback. Live delivery, replay then live with no gap and no duplicate,
-resume by position and by datetime, history-insufficient, slow consumers, several hub
-processes, private topics, shutdown, and the advertised endpoint."""
+resume by datetime, history-insufficient once every trimmed change is behind, slow consumers,
+several hub processes, and the advertised endpoint. (What is also read with the subscriber's
+own push client is in ``tests/e2e/test_push_client.py``.)"""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import aclosing, asynccontextmanager
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from redis.asyncio import Redis
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
 
-from rspush.hub.server import RunningHub, bind, running_hub
-from rspush.hub.settings import Settings, Subscriber, Topic
+from rspush.hub.server import RunningHub
+from rspush.hub.settings import Settings
 from rspush.protocol import (
     PUSH_REL,
-    REQUIRED_FIELDS,
     CloseCode,
-    TopicRequest,
-    decode_xml_frame,
 )
-from rspush.resourcesync import Capability, DocumentType, parse_document, validate
+from rspush.resourcesync import Capability, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
-from rspush.subscriber.push import (
-    Change,
-    HistoryInsufficientError,
-    PushError,
-    RefusedError,
-    push_changes,
+from tests.support.fragments import TOKEN_B, Times
+from tests.support.hubs import HubFactory
+from tests.support.push import (
+    assert_contiguous,
+    assert_increasing,
+    batch,
+    custom_hub,
+    meta,
+    position_key,
+    post,
+    stream,
+    subscribed,
 )
-from tests.hub.conftest import (
-    TOKEN_A,
-    TOKEN_B,
-    HubFactory,
-    Times,
-    auth,
-    change_fragment,
-    make_settings,
-)
-
-SUBSCRIBER_TOKEN = "token-of-mirror-1"
+from tests.support.waiting import eventually
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-async def eventually(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10, what: str = ""
-) -> None:
-    """Wait until ``predicate()`` holds, polling; fail after ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        outcome = predicate()
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
-        if outcome:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"condition not met within {timeout} s: {what or predicate}")
-        await asyncio.sleep(0.01)
-
-
-def _changes_of_xml(frame: str) -> dict[str, Any]:
-    """An XML frame in the shape of a JSON one, to compare both formats alike."""
-    document = parse_document(frame.encode())
-    assert document.type is DocumentType.CHANGE_NOTIFICATION
-    assert [v for v in validate(document) if v.severity.value == "error"] == []
-    decoded = decode_xml_frame(frame)
-    assert decoded.start is not None and decoded.until is not None
-    return {
-        "type": "changes",
-        "topic": decoded.topic,
-        "epoch": decoded.epoch,
-        "from": decoded.start,
-        "until": decoded.until,
-        "changes": [{name: change[name] for name in REQUIRED_FIELDS} for change in decoded.changes],
-        "xml": True,
-    }
-
-
-class Client:
-    """A raw WebSocket subscriber recording every message and how its connection ended."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.messages: list[dict[str, Any]] = []
-        self.task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        try:
-            async for raw in self.ws:
-                assert isinstance(raw, str), "the hub sends text frames"
-                if raw.startswith("<"):
-                    self.messages.append(_changes_of_xml(raw))
-                else:
-                    self.messages.append(json.loads(raw))
-        except ConnectionClosed:
-            pass
-
-    @property
-    def frames(self) -> list[dict[str, Any]]:
-        return [m for m in self.messages if m["type"] == "changes"]
-
-    def frames_of(self, topic: str) -> list[dict[str, Any]]:
-        return [f for f in self.frames if f["topic"] == topic]
-
-    def changes(self, topic: str = "dataset1") -> list[dict[str, Any]]:
-        return [
-            {**c, "topic": f["topic"], "epoch": f["epoch"]}
-            for f in self.frames_of(topic)
-            for c in f["changes"]
-        ]
-
-    def positions(self, topic: str = "dataset1") -> list[str]:
-        return [c["position"] for c in self.changes(topic)]
-
-    def control(self, kind: str) -> list[dict[str, Any]]:
-        return [m for m in self.messages if m["type"] == kind]
-
-    @property
-    def done(self) -> bool:
-        return self.task.done()
-
-    async def ended(self, timeout: float = 10) -> tuple[int | None, str | None]:
-        """Wait for the hub to close the connection: (close code, reason)."""
-        async with asyncio.timeout(timeout):
-            await asyncio.shield(self.task)
-        return self.ws.close_code, self.ws.close_reason
-
-
-@asynccontextmanager
-async def subscribed(
-    url: str,
-    topics: Sequence[dict[str, Any]] | None = None,
-    *,
-    fmt: str = "json",
-    token: str | None = None,
-    raw: str | None = None,
-    wait: bool = True,
-    paused: bool = False,
-) -> AsyncIterator[Client]:
-    """Connect, send a subscribe message (or ``raw``), read in the background; with ``wait``,
-    return once the hub confirmed every topic. ``paused``: a small receive buffer and
-    reading paused from the start (the test resumes it with ``client.ws.transport``)."""
-    topics = list(topics or [{"topic": "dataset1"}])
-    request: dict[str, Any] = {"type": "subscribe", "version": 1, "format": fmt, "topics": topics}
-    if token is not None:
-        request["token"] = token
-    sock = None
-    if paused:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-        sock.setblocking(False)
-        host, port = urlsplit(url).hostname, urlsplit(url).port
-        await asyncio.get_running_loop().sock_connect(sock, (host, port))
-    async with connect(url, max_size=None, compression=None, open_timeout=10, sock=sock) as ws:
-        if paused:
-            ws.transport.pause_reading()
-        await ws.send(raw if raw is not None else json.dumps(request))
-        client = Client(ws)
-        try:
-            if wait:
-                await eventually(
-                    lambda: len(client.control("subscribed")) == len(topics) or client.done,
-                    what="subscribed",
-                )
-                assert len(client.control("subscribed")) == len(topics), client.messages
-            yield client
-        finally:
-            await ws.close()
-            await client.task
-
-
-async def post(
-    http: httpx.AsyncClient,
-    changes: Sequence[tuple[str, str, str]],
-    *,
-    topic: str = "dataset1",
-    token: str = TOKEN_A,
-) -> dict[str, Any]:
-    reply = await http.post(
-        f"/topics/{topic}/changes", content=change_fragment(*changes), headers=auth(token)
-    )
-    assert reply.status_code == 202, reply.text
-    receipt: dict[str, Any] = reply.json()
-    return receipt
-
-
-def batch(
-    times: Times, name: str, count: int, change: str = "created"
-) -> list[tuple[str, str, str]]:
-    return [(f"http://example.com/{name}/{i}", change, times.next()) for i in range(count)]
-
-
-async def stream(redis: Redis, prefix: str, topic: str = "dataset1") -> list[tuple[str, str]]:
-    """(position, loc) of every change the topic's stream holds, in order."""
-    rows: Any = await redis.xrange(f"{prefix}:{{{topic}}}:changes")
-    return [(raw_id.decode(), fields[b"loc"].decode()) for raw_id, fields in rows]
-
-
-async def meta(redis: Redis, prefix: str, topic: str = "dataset1") -> dict[str, str]:
-    raw: Any = await redis.hgetall(f"{prefix}:{{{topic}}}:meta")
-    return {k.decode(): v.decode() for k, v in raw.items()}
-
-
-def assert_contiguous(frames: list[dict[str, Any]], first_from: str | None = None) -> None:
-    """Each frame's from is the previous frame's until (docs/protocol.md, gap detection)."""
-    assert frames, "no frames"
-    if first_from is not None:
-        assert parse_w3c_datetime(frames[0]["from"]) == parse_w3c_datetime(first_from)
-    for previous, frame in zip(frames, frames[1:], strict=False):
-        assert parse_w3c_datetime(frame["from"]) == parse_w3c_datetime(previous["until"]), (
-            previous,
-            frame,
-        )
-    for frame in frames:
-        assert frame["changes"], "a frame carries at least one change"
-        assert parse_w3c_datetime(frame["until"]) == parse_w3c_datetime(
-            frame["changes"][-1]["datetime"]
-        )
-        assert parse_w3c_datetime(frame["from"]) <= parse_w3c_datetime(
-            frame["changes"][0]["datetime"]
-        )
-
-
-def position_key(position: str) -> tuple[int, int]:
-    ms, _, seq = position.partition("-")
-    return int(ms), int(seq)
-
-
-def assert_increasing(positions: list[str]) -> None:
-    keys = [position_key(p) for p in positions]
-    assert all(a < b for a, b in zip(keys, keys[1:], strict=False)), positions
-
-
-async def collect(url: str, topics: list[TopicRequest], count: int, **options: Any) -> list[Change]:
-    """The first ``count`` changes :func:`push_changes` yields (then it is closed)."""
-    got: list[Change] = []
-    async with aclosing(push_changes(url, topics, **options)) as items, asyncio.timeout(10):
-        async for item in items:
-            if isinstance(item, Change):
-                got.append(item)
-                if len(got) == count:
-                    break
-    return got
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-@asynccontextmanager
-async def custom_hub(
-    redis_url: str, prefix: str, adjust: Callable[[Settings], Settings]
-) -> AsyncIterator[tuple[RunningHub, httpx.AsyncClient]]:
-    """A hub on loopback with settings of the test's own, and an HTTP client for it."""
-    sock = bind("127.0.0.1", 0)
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    settings = adjust(make_settings(redis_url, prefix, base))
-    async with (
-        running_hub(settings, sock=sock) as running,
-        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
-    ):
-        yield running, http
 
 
 # --- the advertised endpoint -------------------------------------------------------------
@@ -536,42 +300,6 @@ async def test_replay_then_live_no_gap_no_duplicate(
 # --- resume ------------------------------------------------------------------------------
 
 
-async def test_resume_by_position_is_exclusive(hub: RunningHub, client: httpx.AsyncClient) -> None:
-    assert hub.push_url is not None
-    times = Times()
-    sent = batch(times, "r", 5)
-    receipt = await post(client, sent)
-    async with subscribed(hub.push_url, [{"topic": "dataset1", "position": "0-0"}]) as everything:
-        await eventually(lambda: len(everything.changes()) == 5)
-    positions = everything.positions()
-    assert positions[-1] == receipt["last"]
-
-    resume = {"topic": "dataset1", "position": positions[2], "epoch": receipt["epoch"]}
-    async with subscribed(hub.push_url, [resume]) as sub:
-        [ack] = sub.control("subscribed")
-        assert ack["position"] == positions[2]
-        await eventually(lambda: len(sub.changes()) >= 2)
-        more = batch(times, "after", 2)
-        await post(client, more)
-        await eventually(lambda: len(sub.changes()) >= 4)
-        await asyncio.sleep(0.05)
-        assert [c["loc"] for c in sub.changes()] == [loc for loc, _, _ in sent[3:] + more]
-        assert sub.positions()[:2] == positions[3:]
-        assert_contiguous(sub.frames, first_from=sent[2][2])
-
-    # At the tail: nothing to replay, then live.
-    tail = {"topic": "dataset1", "position": receipt["last"], "epoch": receipt["epoch"]}
-    async with subscribed(hub.push_url, [tail]) as sub:
-        await eventually(lambda: len(sub.changes()) >= 2)  # the two posted after
-        assert [c["loc"] for c in sub.changes()] == [loc for loc, _, _ in more]
-
-    # Through the client library, without an epoch.
-    got = await collect(hub.push_url, [TopicRequest(topic="dataset1", position=positions[3])], 3)
-    assert [c.loc for c in got] == [sent[4][0], more[0][0], more[1][0]]
-    assert got[0].position == positions[4]
-    assert got[0].epoch == receipt["epoch"] and got[0].topic == "dataset1"
-
-
 async def test_resume_by_datetime_is_inclusive(hub: RunningHub, client: httpx.AsyncClient) -> None:
     assert hub.push_url is not None
     times = Times()
@@ -623,81 +351,6 @@ async def test_resume_by_datetime_is_inclusive(hub: RunningHub, client: httpx.As
 
 
 @pytest.mark.timeout(60)
-async def test_history_insufficient_after_trimming(
-    hub_factory: HubFactory, redis: Redis, prefix: str
-) -> None:
-    async with (
-        hub_factory(changelist_max_entries=3, retention_s=0) as running,
-        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
-    ):
-        assert running.push_url is not None
-        times = Times()
-        sent = batch(times, "h", 10)
-        receipts = [await post(http, [change]) for change in sent]
-        positions = [r["last"] for r in receipts]
-        epoch = receipts[0]["epoch"]
-        # Three lists of three close; their nine changes leave the stream.
-
-        async def trimmed() -> bool:
-            return (await meta(redis, prefix)).get("trimmed_through") == positions[8]
-
-        await eventually(trimmed, what="stream trimmed")
-        assert [p for p, _ in await stream(redis, prefix)] == positions[9:]
-        archive = f"{running.hub.settings.hub.base_url}/topics/dataset1/changelist-archive.xml"
-
-        async def refused(topic: dict[str, Any]) -> dict[str, Any]:
-            async with subscribed(running.push_url or "", [topic], wait=False) as sub:
-                code, _ = await sub.ended()
-                assert code == CloseCode.HISTORY_INSUFFICIENT == 4003
-                [reply] = sub.messages
-                assert sub.control("subscribed") == []
-                return reply
-
-        reply = await refused({"topic": "dataset1", "position": "0-0"})
-        assert reply == {
-            "type": "history-insufficient",
-            "topic": "dataset1",
-            "reason": "trimmed",
-            "epoch": epoch,
-            "oldest": positions[9],
-            "after": positions[8],  # the last trimmed: everything after it is in the stream
-            "after_time": format_w3c_datetime(parse_w3c_datetime(sent[8][2])),
-            "archive": archive,
-        }
-        reply = await refused({"topic": "dataset1", "position": positions[7], "epoch": epoch})
-        assert reply["reason"] == "trimmed" and reply["oldest"] == positions[9]
-        # From a date whose changes were trimmed.
-        reply = await refused({"topic": "dataset1", "since": "2000-01-01T00:00:00Z"})
-        assert reply["reason"] == "trimmed" and reply["archive"] == archive
-        # Epoch changed (whatever the position).
-        reply = await refused({"topic": "dataset1", "position": positions[9], "epoch": "0" * 16})
-        assert reply["reason"] == "epoch-changed"
-        assert reply["epoch"] == epoch
-        assert reply["oldest"] == positions[9]
-        assert reply["archive"] == archive
-
-        # The last trimmed position itself is fine: everything after it is still there.
-        ok = {"topic": "dataset1", "position": positions[8], "epoch": epoch}
-        async with subscribed(running.push_url, [ok]) as sub:
-            await eventually(lambda: len(sub.changes()) == 1)
-            assert sub.positions() == positions[9:]
-
-        # The archive the reply names does hold the trimmed changes.
-        archive_doc = parse_document((await http.get(archive)).content)
-        assert len(archive_doc.entries) == 3
-
-        # The client library raises a typed error carrying the reply.
-        with pytest.raises(HistoryInsufficientError) as caught:
-            async for _ in push_changes(
-                running.push_url, [TopicRequest(topic="dataset1", position="0-0", epoch=epoch)]
-            ):
-                pass
-        assert caught.value.code == 4003
-        assert caught.value.info["oldest"] == positions[9]
-        assert archive in str(caught.value)
-
-
-@pytest.mark.timeout(60)
 async def test_since_after_every_trimmed_change_is_served_from_the_stream(
     hub_factory: HubFactory, redis: Redis, prefix: str
 ) -> None:
@@ -733,30 +386,6 @@ async def test_since_after_every_trimmed_change_is_served_from_the_stream(
             code, _ = await sub.ended()
             assert code == 4003
             assert sub.control("history-insufficient")[0]["reason"] == "trimmed"
-
-
-async def test_epoch_mismatch_on_an_untrimmed_stream(
-    hub: RunningHub, client: httpx.AsyncClient
-) -> None:
-    assert hub.push_url is not None
-    receipt = await post(client, batch(Times(), "e", 2))
-    request = {"topic": "dataset1", "position": receipt["first"], "epoch": "feedfacefeedface"}
-    async with subscribed(hub.push_url, [request], wait=False) as sub:
-        code, _ = await sub.ended()
-    assert code == 4003
-    [reply] = sub.messages
-    assert reply["type"] == "history-insufficient"
-    assert reply["reason"] == "epoch-changed"
-    assert reply["epoch"] == receipt["epoch"]
-    assert reply["oldest"] == receipt["first"]
-    assert reply["archive"].endswith("/topics/dataset1/changelist-archive.xml")
-    with pytest.raises(HistoryInsufficientError) as caught:
-        async for _ in push_changes(
-            hub.push_url,
-            [TopicRequest(topic="dataset1", position=receipt["first"], epoch="feedfacefeedface")],
-        ):
-            pass
-    assert caught.value.info["reason"] == "epoch-changed"
 
 
 # --- slow consumers ----------------------------------------------------------------------
@@ -869,144 +498,4 @@ async def test_two_hubs_serve_identical_sequences(hub_factory: HubFactory) -> No
 # --- refusals ----------------------------------------------------------------------------
 
 
-def _private(settings: Settings) -> Settings:
-    return settings.model_copy(
-        update={
-            "topics": [Topic(name="dataset1", private=True), Topic(name="dataset2")],
-            "subscribers": [
-                Subscriber(
-                    name="mirror-1",
-                    token_sha256=hashlib.sha256(SUBSCRIBER_TOKEN.encode()).hexdigest(),
-                    topics=["dataset1"],
-                )
-            ],
-        }
-    )
-
-
-async def _refusal(
-    url: str, topics: list[dict[str, Any]] | None = None, **options: Any
-) -> tuple[int | None, str | None, list[dict[str, Any]]]:
-    async with subscribed(url, topics, wait=False, **options) as sub:
-        code, reason = await sub.ended()
-    return code, reason, sub.messages
-
-
-async def test_private_topics_need_a_token(redis_url: str, prefix: str) -> None:
-    async with custom_hub(redis_url, prefix, _private) as (running, http):
-        url = running.push_url
-        assert url is not None
-        # No token.
-        code, reason, messages = await _refusal(url)
-        assert code == CloseCode.UNAUTHORISED == 4001
-        assert reason and "private" in reason
-        [error] = messages
-        assert error["type"] == "error" and error["error"] == "unauthorised"
-        # A wrong token.
-        code, _, messages = await _refusal(url, token="not-the-token")
-        assert code == 4001
-        assert messages[0]["error"] == "unauthorised"
-        # The private topic in a subscription with a public one: all refused.
-        code, _, messages = await _refusal(url, [{"topic": "dataset2"}, {"topic": "dataset1"}])
-        assert code == 4001
-        assert [m["type"] for m in messages] == ["error"]
-        # A public topic needs no token.
-        async with subscribed(url, [{"topic": "dataset2"}]) as public:
-            assert public.control("subscribed")[0]["topic"] == "dataset2"
-        # The right token.
-        times = Times()
-        async with subscribed(
-            url, [{"topic": "dataset1"}, {"topic": "dataset2"}], token=SUBSCRIBER_TOKEN
-        ) as sub:
-            await post(http, batch(times, "secret", 2))
-            await eventually(lambda: len(sub.changes()) == 2)
-            assert [c["loc"] for c in sub.changes()] == [
-                "http://example.com/secret/0",
-                "http://example.com/secret/1",
-            ]
-        # The client library.
-        with pytest.raises(RefusedError, match="unauthorised"):
-            async for _ in push_changes(url, [TopicRequest(topic="dataset1")], token="wrong"):
-                pass
-        request = TopicRequest(topic="dataset1", position="0-0")
-        got = await collect(url, [request], 2, token=SUBSCRIBER_TOKEN)
-        assert [c.loc for c in got] == [
-            "http://example.com/secret/0",
-            "http://example.com/secret/1",
-        ]
-
-
-async def test_unknown_topic_and_protocol_errors(hub: RunningHub) -> None:
-    url = hub.push_url
-    assert url is not None
-    code, reason, messages = await _refusal(url, [{"topic": "nope"}])
-    assert code == CloseCode.UNKNOWN_TOPIC == 4004
-    assert reason and "nope" in reason
-    assert messages == [
-        {"type": "error", "error": "unknown-topic", "message": reason},
-    ]
-    with pytest.raises(RefusedError, match="unknown-topic"):
-        async for _ in push_changes(url, [TopicRequest(topic="nope")]):
-            pass
-
-    for raw in (
-        "hello",
-        '{"type": "subscribe"}',
-        '{"type": "subscribe", "version": 2, "topics": [{"topic": "dataset1"}]}',
-        '{"type": "subscribe", "topics": [{"topic": "dataset1", "position": "soon"}]}',
-    ):
-        code, reason, messages = await _refusal(url, raw=raw)
-        assert code == CloseCode.PROTOCOL_ERROR == 4000, raw
-        assert reason, raw
-        assert messages and messages[0]["type"] == "error", raw
-        assert messages[0]["error"] == "protocol-error"
-
-
 # --- shutdown ----------------------------------------------------------------------------
-
-
-async def test_shutdown_closes_with_resume_positions(hub_factory: HubFactory) -> None:
-    times = Times()
-    items: list[Change | dict[str, Any]] = []
-
-    async def library(url: str) -> PushError | None:
-        try:
-            async for item in push_changes(url, [TopicRequest(topic="dataset1")]):
-                items.append(item)
-        except PushError as exc:
-            return exc
-        return None
-
-    async with (
-        hub_factory() as running,
-        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
-    ):
-        assert running.push_url is not None
-        receipt = await post(http, batch(times, "s", 3))
-        ws = await connect(running.push_url, open_timeout=10)
-        request = {
-            "type": "subscribe",
-            "topics": [{"topic": "dataset1", "position": "0-0"}, {"topic": "dataset2"}],
-        }
-        await ws.send(json.dumps(request))
-        sub = Client(ws)
-        other = asyncio.create_task(library(running.push_url))
-        await eventually(lambda: len(sub.changes()) == 3 and len(items) == 1)
-    # Leaving the block stopped the hub.
-    try:
-        code, reason = await sub.ended()
-    finally:
-        await ws.close()
-    assert code == CloseCode.SHUTDOWN == 1001
-    assert reason is not None
-    assert json.loads(reason) == {"dataset1": receipt["last"], "dataset2": "0-0"}
-    error = await other
-    assert isinstance(error, PushError) and error.code == 1001
-    assert items == [
-        {
-            "type": "subscribed",
-            "topic": "dataset1",
-            "epoch": receipt["epoch"],
-            "position": receipt["last"],
-        }
-    ]

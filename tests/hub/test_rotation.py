@@ -20,8 +20,9 @@ from rspush.hub.server import RunningHub, redis_client
 from rspush.hub.store import TopicStore
 from rspush.resourcesync import Document, DocumentType, Entry, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import HubFactory, auth, change_fragment, eventually, iso
+from tests.support.fragments import auth, change_fragment, iso
+from tests.support.hubs import HubFactory
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 TOPIC = "/topics/dataset1"
 
@@ -295,7 +296,7 @@ async def last_modified(client: httpx.AsyncClient, url: str) -> str:
 async def test_open_list_and_resource_list_answer_if_modified_since(
     hub: RunningHub, client: httpx.AsyncClient
 ) -> None:
-    """The issue asks for ETag *and* Last-Modified with 304 on conditional GET."""
+    """Last-Modified beside the ETag: 304 for an unchanged document, 200 once it changed."""
     when = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
     body = change_fragment(("http://example.com/a", "created", iso(when)))
     assert (await client.post(f"{TOPIC}/changes", content=body, headers=auth())).is_success

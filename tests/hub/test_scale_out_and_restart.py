@@ -31,16 +31,9 @@ from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Settings
 from rspush.resourcesync import Document, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import (
-    TOKEN_A,
-    TOKEN_B,
-    auth,
-    change_fragment,
-    eventually,
-    iso,
-    make_settings,
-)
+from tests.support.fragments import TOKEN_A, TOKEN_B, auth, change_fragment, iso
+from tests.support.hubs import make_settings
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 TOPIC = "/topics/dataset1"
 PUSH_URL = "ws://127.0.0.1:9/"  # what every hub of one deployment advertises

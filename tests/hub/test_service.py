@@ -26,7 +26,8 @@ from rspush.hub.ingest import IngestPlan
 from rspush.hub.metrics import HubMetrics
 from rspush.hub.service import STAMP_RETRIES, IngestService, should_restamp
 from rspush.resourcesync.w3cdt import to_us
-from tests.hub.conftest import TOKEN_A, TOKEN_B, change_fragment, make_settings
+from tests.support.fragments import TOKEN_A, TOKEN_B, change_fragment
+from tests.support.hubs import make_settings
 
 BASE = "http://hub.example"
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

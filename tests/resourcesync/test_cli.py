@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _find_spec
+from tests.support.spec import find_spec
 
-EXAMPLES = _find_spec() / "examples"
+EXAMPLES = find_spec() / "examples"
 GOOD = EXAMPLES / "v1.1" / "resourcesync_ex_21.xml"  # a closed Change List
 WALKTHROUGH = EXAMPLES / "v1.1" / "resourcesync_ex_1.xml"  # no up link: one warning
 

@@ -10,9 +10,9 @@ from lxml import etree
 
 from rspush.resourcesync import DocumentType, Severity, parse_document, serialise, validate
 from rspush.resourcesync.schema import schema_errors
-from tests.conftest import _find_spec
+from tests.support.spec import find_spec
 
-SPEC = _find_spec()
+SPEC = find_spec()
 EXAMPLES = sorted(
     p
     for p in (SPEC / "examples").glob("v1.*/*.xml")
@@ -122,4 +122,4 @@ def test_older_notification_capability_is_accepted_with_a_warning() -> None:
 
 def test_spec_dir_can_be_configured(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RSPUSH_SPEC_DIR", os.fspath(SPEC))
-    assert _find_spec() == SPEC
+    assert find_spec() == SPEC

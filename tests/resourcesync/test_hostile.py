@@ -42,7 +42,7 @@ from rspush.resourcesync import (
     stream_document,
 )
 from rspush.resourcesync.parser import MAX_DEPTH
-from tests.conftest import TIMEOUT_SCALE
+from tests.support.waiting import TIMEOUT_SCALE
 
 from ._hostile_child import (
     CHANGELIST_MD,

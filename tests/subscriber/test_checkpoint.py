@@ -18,7 +18,8 @@ from rspush.subscriber.changes import ChangeType, Channel, ResourceChange
 from rspush.subscriber.checkpoint import Checkpoint, Failure, Watermark, list_topics
 from rspush.subscriber.decide import ResourceState
 from rspush.subscriber.errors import StateLockedError, SubscriberError
-from tests.conftest import REPO, TIMEOUT_SCALE
+from tests.support.spec import REPO
+from tests.support.waiting import TIMEOUT_SCALE
 
 SOURCE = "http://example.org/.well-known/resourcesync"
 TOPIC = "dataset1"

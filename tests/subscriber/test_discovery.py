@@ -1,5 +1,6 @@
 """Discovery of a Source (Z39.99 §6.3) against real HTTP servers on loopback: a small
-Starlette site serving ResourceSync documents shaped like the spec's examples, and the hub."""
+Starlette site serving ResourceSync documents shaped like the spec's examples. (Discovering a
+hub is in the end-to-end tests.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rspush.hub.server import RunningHub, bind
 from rspush.protocol import PUSH_REL
 from rspush.subscriber.discovery import (
     MAX_DISCOVERY_BYTES,
@@ -34,14 +34,8 @@ from rspush.subscriber.links import (
     robots_sitemaps,
     topic_name,
 )
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub import conftest as hub_fixtures
-
-# The hub fixtures (a real embedded Redis-compatible server, a hub on loopback).
-redis_url = hub_fixtures.redis_url
-prefix = hub_fixtures.prefix
-hub_factory = hub_fixtures.hub_factory
-hub = hub_fixtures.hub
+from tests.support.sockets import bind
+from tests.support.waiting import TIMEOUT_SCALE
 
 XML = "application/xml"
 HEAD = (
@@ -529,31 +523,6 @@ async def test_unreachable_source(http: httpx.AsyncClient) -> None:
     sock.close()
     with pytest.raises(DiscoveryError, match=f"GET {url}/.well-known/resourcesync: "):
         await discover(http, url, None)
-
-
-# --- The hub -----------------------------------------------------------------------------------
-
-
-async def test_the_hub(hub: RunningHub, http: httpx.AsyncClient) -> None:
-    topic = f"{hub.hub.settings.hub.base_url}/topics/dataset1"
-    description = f"{hub.hub.settings.hub.base_url}/.well-known/resourcesync"
-    found = await discover(http, hub.url, "dataset1")
-    assert found == TopicEndpoints(
-        topic="dataset1",
-        capability_list=f"{topic}/capabilitylist.xml",
-        change_list=f"{topic}/changelist.xml",
-        change_list_archive=f"{topic}/changelist-archive.xml",
-        resource_list=f"{topic}/resourcelist.xml",
-        push_url=hub.push_url,
-        source_description=description,
-    )
-    assert found.push_url is not None
-    assert found.base_uri == f"{hub.url}/"
-    # The topic URI (an empty body with Link headers) and any hub document lead there too.
-    for start in (topic, f"{topic}/changelist.xml", f"{topic}/changelist-archive.xml"):
-        again = await discover(http, start, None)
-        assert again.capability_list == found.capability_list
-        assert again.push_url == found.push_url
 
 
 # --- Sans-I/O pieces ---------------------------------------------------------------------------

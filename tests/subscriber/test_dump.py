@@ -1,9 +1,12 @@
-"""Resource Dump packages (Z39.99 §11.2): real ZIP files built in tmp_path, read back safely."""
+"""Resource Dump packages (Z39.99 §11.2): real ZIP files built in tmp_path, read back safely;
+and ``rs-subscribe baseline`` given a package ``zipfile`` cannot even open (it falls back to
+the Resource List, or names the package in one error line)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import struct
 import tracemalloc
 import zipfile
@@ -22,6 +25,17 @@ from rspush.subscriber.dump import (
     open_package,
     read_manifest,
     verify,
+)
+from tests.support.agents import mirror_files
+from tests.support.cli import rs_subscribe
+from tests.support.static_source import (
+    NS,
+    T0,
+    capability_list,
+    md,
+    running_source,
+    serve_resource_list,
+    urlset,
 )
 
 RES1 = b"<html><body>res1</body></html>\n"
@@ -539,3 +553,72 @@ def test_verify_reports_every_problem_and_missing_digests() -> None:
     assert "2 bytes, the manifest says length=1" in problem
     assert "no md5 digest was computed" in problem
     assert "no sha256 digest was computed" in problem
+
+
+def damaged_package(damage: str) -> bytes:
+    """A ZIP whose first central-directory record makes :class:`zipfile.ZipFile` raise
+    something other than BadZipFile."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("manifest.xml", f'<urlset {NS}><rs:md capability="x"/></urlset>')
+        archive.writestr("a.txt", b"alpha")
+    package = bytearray(buffer.getvalue())
+    record = package.index(b"PK\x01\x02")
+    if damage == "NotImplementedError":
+        # "version needed to extract" 20.0: zipfile refuses versions it does not know.
+        package[record + 6 : record + 8] = struct.pack("<H", 200)
+    else:
+        # The UTF-8 flag on a name that is not UTF-8: UnicodeDecodeError.
+        (flags,) = struct.unpack("<H", package[record + 8 : record + 10])
+        package[record + 8 : record + 10] = struct.pack("<H", flags | 0x800)
+        package[record + 46] = 0xFF
+    damaged = bytes(package)
+    error = {"NotImplementedError": NotImplementedError, "UnicodeDecodeError": UnicodeDecodeError}
+    with pytest.raises(error[damage]):
+        zipfile.ZipFile(io.BytesIO(damaged))
+    return damaged
+
+
+@pytest.mark.parametrize("damage", ["NotImplementedError", "UnicodeDecodeError"])
+@pytest.mark.parametrize("with_resource_list", [False, True], ids=["dump-only", "and-list"])
+async def test_hostile_dump_package(tmp_path: Path, damage: str, with_resource_list: bool) -> None:
+    """A package ``zipfile`` fails to open with another error than BadZipFile: ``rs-subscribe
+    baseline`` takes the Resource List if there is one, else names the package in one error
+    line; never a traceback."""
+    async with running_source() as source:
+        package = damaged_package(damage)
+        source.put_document("/p.zip", package, "application/zip")
+        source.put_document(
+            "/resourcedump.xml",
+            urlset(
+                "resourcedump",
+                f"<url><loc>{source.uri('/p.zip')}</loc>"
+                f'<rs:md {md(package)} type="application/zip"/></url>',
+                at=T0,
+            ),
+        )
+        capabilities = {"resourcedump": "/resourcedump.xml"}
+        resources = {"/a.txt": b"alpha", "/b.txt": b"bravo"}
+        if with_resource_list:
+            capabilities["resourcelist"] = "/resourcelist.xml"
+            serve_resource_list(source, resources, at=T0, lastmod=T0)
+        capability_list(source, capabilities)
+        dest = tmp_path / "mirror"
+        code, _, err = await rs_subscribe(
+            "baseline",
+            source.uri("/capabilitylist.xml"),
+            "--dest",
+            str(dest),
+            "--map",
+            f"{source.url}/=",
+        )
+        assert "Traceback" not in err, err
+        if with_resource_list:
+            assert code == 0, err
+            assert mirror_files(dest) == resources
+        else:
+            assert code == 1, err
+            errors = [line for line in err.splitlines() if line.startswith("rs-subscribe:")]
+            assert len(errors) == 1, err
+            assert source.uri("/p.zip") in errors[0], err
+            assert mirror_files(dest) == {}

@@ -1,7 +1,8 @@
 """URI → destination path mapping (``subscriber.mapping``): pure, no file system, no event loop.
 
 What is mapped where (longest prefix, origin normalisation, ``index``, query strings), what is
-refused (anything that could leave the destination or reach the agent's own directory), and
+refused (anything that could leave the destination or reach the agent's own directory, empty
+path segments), and
 properties: every accepted path is a safe relative path, and ``uri_for`` inverts ``path_for``.
 """
 
@@ -403,3 +404,12 @@ def test_distinct_uris_never_share_a_file_index_name() -> None:
     assert uri_map.path_for("http://example.org/a/") != uri_map.path_for(
         "http://example.org/a/index"
     )
+
+
+@pytest.mark.parametrize("uri", ["http://s/a//b", "http://s//a/b"])
+def test_empty_path_segment_is_refused(uri: str) -> None:
+    """A URI with an empty path segment is refused (it would map onto another URI's file)."""
+    uri_map = UriMap.build([("http://s/", "")])
+    assert uri_map.path_for("http://s/a/b") == PurePosixPath("a/b")
+    with pytest.raises(UnmappedURIError, match="empty path segment"):
+        uri_map.path_for(uri)

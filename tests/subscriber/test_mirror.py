@@ -3,7 +3,8 @@ with a real checkpoint in ``tmp_path`` and a recording :class:`~subscriber.appli
 that can hold a change until the test lets it go, or fail it.
 
 Ordering per URI, concurrency across URIs and its bound, the gap-free watermark, idempotent
-re-submission, failures, ``watermark_held`` and the events. Waits are on conditions (the loop
+re-submission, failures, ``watermark_held``, the events, and abandoning the queue on stop
+(only the changes in flight finish). Waits are on conditions (the loop
 runs until a predicate holds, bounded by a timeout), never fixed sleeps.
 """
 
@@ -28,7 +29,7 @@ from rspush.subscriber.fetch import Fetched
 from rspush.subscriber.filters import ChangeFilter
 from rspush.subscriber.mapping import UriMap
 from rspush.subscriber.mirror import Mirror
-from tests.conftest import TIMEOUT_SCALE
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 SITE = "http://example.org/"
 SOURCE = "http://example.org/.well-known/resourcesync"
@@ -97,13 +98,6 @@ class RecordingApplier:
 
 def _is_applier(applier: Applier) -> Applier:
     return applier  # mypy checks RecordingApplier against the protocol here
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    """Let the loop run until ``predicate`` holds (a condition, not a fixed delay)."""
-    async with asyncio.timeout(WAIT_S):
-        while not predicate():
-            await asyncio.sleep(0)
 
 
 async def settle(turns: int = 20) -> None:
@@ -181,7 +175,7 @@ async def test_changes_of_one_uri_are_applied_in_submit_order(
     gate = applier.hold(first)
 
     await mirror.submit(first)
-    await until(lambda: applier.started == [first])
+    await eventually(lambda: applier.started == [first])
     await mirror.submit(second)
     await settle()
 
@@ -203,7 +197,7 @@ async def test_the_next_change_of_a_uri_runs_even_when_the_previous_failed(
     applier.failing[first.key] = ApplyError("transient")
 
     await mirror.submit(first)
-    await until(lambda: len(applier.started) == 1)
+    await eventually(lambda: len(applier.started) == 1)
     await mirror.submit(second)
     await settle()
     assert applier.started == [first]
@@ -224,7 +218,7 @@ async def test_different_uris_run_concurrently(
 
     await mirror.submit(slow)
     await mirror.submit(fast)
-    await until(lambda: checkpoint.resource(fast.uri) is not None)
+    await eventually(lambda: checkpoint.resource(fast.uri) is not None)
 
     assert applier.finished == [fast]
     assert checkpoint.resource(slow.uri) is None
@@ -247,14 +241,14 @@ async def test_no_more_than_concurrency_changes_are_in_flight(
             await mirror.submit(c)
 
     submitter = asyncio.create_task(submit_all())
-    await until(lambda: applier.in_flight >= concurrency)
+    await eventually(lambda: applier.in_flight >= concurrency)
     await settle()
     assert applier.in_flight == concurrency
     assert not submitter.done()  # submit() waits for room in the window
 
     for done, gate in enumerate(gates, start=1):
         gate.set()
-        await until(lambda: len(applier.finished) == done)  # noqa: B023 - awaited right here
+        await eventually(lambda: len(applier.finished) == done)  # noqa: B023 - awaited right here
         await settle()
         assert applier.in_flight <= concurrency
 
@@ -325,13 +319,13 @@ async def test_the_watermark_only_covers_a_gap_free_prefix(
 
     for each in (a, b, c):
         await mirror.submit(each)
-    await until(lambda: checkpoint.resource(b.uri) is not None)  # b is done and recorded
+    await eventually(lambda: checkpoint.resource(b.uri) is not None)  # b is done and recorded
 
     assert position(checkpoint) != "2-0"
     assert mirror.watermark.position != "2-0"
 
     gate_a.set()
-    await until(lambda: checkpoint.resource(a.uri) is not None)
+    await eventually(lambda: checkpoint.resource(a.uri) is not None)
     assert position(checkpoint) == "2-0"  # a and b: c still runs
 
     gate_c.set()
@@ -627,7 +621,7 @@ async def test_the_window_queues_ahead_while_only_concurrency_changes_apply(
     gates = [applier.hold(c) for c in changes]
     for c in changes:
         await mirror.submit(c)  # never blocks: the window has room for all eight
-    await until(lambda: applier.in_flight == 2)
+    await eventually(lambda: applier.in_flight == 2)
     await settle()
     assert applier.in_flight == 2
     for gate in gates:
@@ -653,3 +647,54 @@ async def test_the_epoch_of_a_subscription_is_kept_with_the_watermark(
     await mirror.drain()
     state = checkpoint.state()
     assert state is not None and state.watermark.epoch == "e1"
+
+
+class HeldApplier:
+    """Holds every apply until released, and remembers which ones started."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.release = asyncio.Event()
+
+    async def apply(
+        self, change: ResourceChange, relative: PurePosixPath, content: Path | None
+    ) -> None:
+        self.started.append(change.uri)
+        await self.release.wait()
+
+
+async def test_abandon_applies_only_the_changes_in_flight(tmp_path: Path) -> None:
+    """Stopping abandons the queue: only the changes in flight finish, and the watermark stops
+    before the first abandoned one."""
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    concurrency, backlog = 4, 500
+    applier = HeldApplier()
+    with Checkpoint(tmp_path / "state.sqlite", "src", "t") as checkpoint:
+        mirror = Mirror(
+            checkpoint,
+            UriMap.build([("http://s/", "")]),
+            applier,
+            None,
+            concurrency=concurrency,
+        )
+        uris = [f"http://s/r{i}" for i in range(backlog)]
+        for i, uri in enumerate(uris):  # a catch-up backlog
+            await mirror.submit(
+                ResourceChange(
+                    uri, ChangeType.CREATED, base + timedelta(seconds=i), Channel.ARCHIVE
+                )
+            )
+        await eventually(lambda: len(applier.started) == concurrency, "the first changes to apply")
+        mirror.abandon()  # Agent.stop()
+        applier.release.set()
+        async with asyncio.timeout(5 * TIMEOUT_SCALE):
+            await mirror.drain()
+        assert applier.started == uris[:concurrency], "queued changes were started"
+        assert mirror.stats["applied"] == concurrency
+        # The watermark stops before the first abandoned change: the next run gets it again.
+        last_applied = base + timedelta(seconds=concurrency - 1)
+        assert mirror.watermark.last_time == last_applied
+        state = checkpoint.state()
+        assert state is not None
+        assert state.watermark.last_time == last_applied
+        assert checkpoint.resource(uris[concurrency]) is None

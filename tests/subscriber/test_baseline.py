@@ -1,28 +1,37 @@
 """Baselines from a static Source on the loopback origin: a Resource Dump (Z39.99 §11) of ZIP
 packages with manifests — the agent takes the dump, verifies every member, and fetches from
-the Source only what the dump got wrong — and a Resource List split under an index (§10.2)."""
+the Source only what the dump got wrong — and a Resource List split under an index (§10.2).
+
+Then what a baseline leaves: a rerun after an interrupted rebaseline deletes what the Source
+dropped, a Resource List without any time is mirrored, and two agents sharing a destination
+keep each other's downloads."""
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import io
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from rspush.subscriber.agent import Agent, AgentConfig
+from rspush.subscriber.appliers import FilesystemApplier
+from rspush.subscriber.changes import ResourceChange
 from rspush.subscriber.checkpoint import list_topics
-from tests.subscriber.agent_helpers import mirror_files
-from tests.subscriber.origin import Origin, running_origin
-
-NS = (
-    'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-    'xmlns:rs="http://www.openarchives.org/rs/terms/"'
+from tests.support.agents import mirror_files
+from tests.support.origin import Origin, running_origin
+from tests.support.static_source import (
+    NS,
+    T0,
+    T1,
+    capability_list,
+    config_for,
+    md,
+    running_source,
+    serve_resource_list,
 )
+from tests.support.waiting import TIMEOUT_SCALE, eventually
+
 AT = "2026-11-01T10:00:00Z"
-
-
-def md(content: bytes) -> str:
-    return f'length="{len(content)}" hash="md5:{hashlib.md5(content).hexdigest()}"'
 
 
 def package(origin: Origin, members: dict[str, bytes], damaged: str | None = None) -> bytes:
@@ -190,3 +199,86 @@ async def test_baseline_from_a_resource_list_index(tmp_path: Path) -> None:
         assert counts["resources"] == len(RESOURCES)
         assert state.baseline_at is not None
         assert state.baseline_at.isoformat() == "2026-11-01T10:00:01+00:00"
+
+
+class StopAfterFirstWrite(FilesystemApplier):
+    """Writes files like the default applier, and stops the agent right after the first
+    (SIGTERM part-way through a baseline)."""
+
+    agent: Agent | None = None
+
+    async def apply(
+        self, change: ResourceChange, relative: PurePosixPath, content: Path | None
+    ) -> None:
+        await super().apply(change, relative, content)
+        assert self.agent is not None
+        self.agent.stop()
+
+
+async def test_rerun_after_an_interrupted_rebaseline_deletes_what_the_source_dropped(
+    tmp_path: Path,
+) -> None:
+    """A rebaseline stopped after its first write, then run again to the end, deletes what
+    the Source dropped meanwhile."""
+    async with running_source() as source:
+        capability_list(source, {"resourcelist": "/resourcelist.xml"})
+        serve_resource_list(source, {"/a.txt": b"alpha", "/b.txt": b"bravo"}, at=T0, lastmod=T0)
+        dest = tmp_path / "mirror"
+        config = config_for(source, dest)
+        await Agent(config).run(baseline_only=True)
+        assert mirror_files(dest) == {"/a.txt": b"alpha", "/b.txt": b"bravo"}
+
+        # The Source dropped b and added c; a rebaseline is stopped after its first write.
+        source.delete("/b.txt")
+        serve_resource_list(source, {"/a.txt": b"alpha", "/c.txt": b"charlie"}, at=T1, lastmod=T1)
+        applier = StopAfterFirstWrite(dest)
+        interrupted = Agent(config, applier=applier)
+        applier.agent = interrupted
+        await interrupted.run(baseline_only=True)
+        assert "/b.txt" in mirror_files(dest), "the rebaseline was not interrupted"
+
+        await Agent(config).run(baseline_only=True)
+        assert mirror_files(dest) == {"/a.txt": b"alpha", "/c.txt": b"charlie"}
+
+
+async def test_resource_list_without_any_time_is_mirrored(tmp_path: Path) -> None:
+    """A Resource List without ``at`` and entries without ``lastmod`` are mirrored in full."""
+    async with running_source() as source:
+        capability_list(source, {"resourcelist": "/resourcelist.xml"})
+        resources = {"/a.txt": b"alpha", "/d/b.txt": b"bravo", "/c.txt": b""}
+        serve_resource_list(source, resources, at=None, lastmod=None)
+        dest = tmp_path / "mirror"
+        agent = Agent(config_for(source, dest))
+        await agent.run(baseline_only=True)
+        assert mirror_files(dest) == resources
+        assert agent.mirror is not None
+        assert agent.mirror.stats["applied"] == len(resources)
+
+
+async def test_agents_sharing_a_destination_keep_each_others_downloads(tmp_path: Path) -> None:
+    """Two agents (two state files) on one destination: the second one's start does not
+    remove the first one's download in flight."""
+    async with running_source() as source:
+        capability_list(source, {"resourcelist": "/resourcelist.xml"})
+        serve_resource_list(source, {"/big.txt": b"x" * 10}, at=T0, lastmod=T0)
+        dest = tmp_path / "mirror"
+        one = config_for(source, dest, state=tmp_path / "one.sqlite", tries=1)
+        two = config_for(source, dest, state=tmp_path / "two.sqlite", tries=1)
+        release = source.hold("/big.txt")  # agent one's download stays in flight
+        first = Agent(one)
+        task = asyncio.create_task(first.run(baseline_only=True))
+        try:
+            await eventually(lambda: "/big.txt" in source.waiting, "agent one's download to start")
+            assert list(dest.rglob("*.part")), "agent one has a download in flight"
+            second = Agent(two)  # starts (clearing its temp files) while one downloads
+            await second.run(baseline_only=True)
+        finally:
+            release.set()
+        async with asyncio.timeout(20 * TIMEOUT_SCALE):
+            await task
+        assert first.mirror is not None and second.mirror is not None
+        assert first.mirror.stats["failed"] == 0, dict(first.mirror.stats)
+        assert first.mirror.stats["applied"] == second.mirror.stats["applied"] == 1
+        assert mirror_files(dest) == {"/big.txt": b"x" * 10}
+        assert one.temp_dir != two.temp_dir
+        assert one.temp_dir.parent == two.temp_dir.parent == dest / ".rs-subscribe" / "tmp"

@@ -23,7 +23,7 @@ from typing import Any
 
 from resync import CapabilityList, ChangeList, Resource, ResourceList, SourceDescription
 
-from tests.subscriber.origin import RESOURCE_TYPE, Change, Origin
+from tests.support.origin import RESOURCE_TYPE, Change, Origin
 
 SOURCE_DESCRIPTION = "/.well-known/resourcesync"
 CAPABILITY_LIST = "/capabilitylist.xml"

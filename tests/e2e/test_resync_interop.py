@@ -40,25 +40,17 @@ from resync.hashes import Hashes
 from rspush.hub.server import RunningHub
 from rspush.resourcesync import MAX_ENTRIES, parse_document
 from rspush.subscriber.agent import AgentConfig
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub import conftest as hub_fixtures
-from tests.hub.conftest import HubFactory, eventually
-from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
-from tests.subscriber.origin import Origin, publish, running_origin
-from tests.subscriber.resync_source import (
+from tests.support.agents import converged, mirror_files, running_agent
+from tests.support.hubs import HubFactory
+from tests.support.origin import Origin, publish, running_origin
+from tests.support.resync_source import (
     CAPABILITY_LIST,
     CHANGE_LIST,
     RESOURCE_LIST,
     SOURCE_DESCRIPTION,
     ResyncSource,
 )
-
-# The hub fixtures (a real embedded Redis-compatible server, a hub on loopback).
-redis_url = hub_fixtures.redis_url
-prefix = hub_fixtures.prefix
-hub_factory = hub_fixtures.hub_factory
-hub = hub_fixtures.hub
-client = hub_fixtures.client
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 RESYNC_SYNC = Path(sys.executable).parent / "resync-sync"
 RUN_TIMEOUT_S = 60
@@ -372,34 +364,6 @@ async def test_resync_reads_the_hubs_resource_list_index(
     assert f"to create={count}," in output, output
 
 
-# -- the test origin itself ----------------------------------------------------------------------
-
-
-async def test_origin_serves_counts_corrupts_and_stops() -> None:
-    async with running_origin() as served, httpx.AsyncClient(base_url=served.url) as http:
-        served.put("/a b.txt", b"alpha")
-        served.put_document("/doc.xml", b"<urlset/>")
-        assert served.uri("a b.txt") == f"{served.url}/a%20b.txt"
-        reply = await http.get(served.uri("/a b.txt"))
-        assert (reply.status_code, reply.content) == (200, b"alpha")
-        assert (await http.get("/doc.xml")).headers["content-type"] == "application/xml"
-        assert served.resources == {"/a b.txt": b"alpha"}  # documents are not resources
-
-        served.corrupt("/a b.txt", times=2)
-        wrong = [(await http.get("/a%20b.txt")).content for _ in range(3)]
-        assert wrong[0] == wrong[1] != b"alpha"
-        assert len(wrong[0]) == len(b"alpha")
-        assert wrong[2] == b"alpha"
-
-        served.delete("/a b.txt")
-        assert (await http.get("/a%20b.txt")).status_code == 404
-        assert (await http.head("/doc.xml")).status_code == 200
-        assert served.requests == {"/a b.txt": 5, "/doc.xml": 1}  # GETs only
-    with pytest.raises(httpx.ConnectError):
-        async with httpx.AsyncClient() as http:
-            await http.get(served.uri("/doc.xml"))
-
-
 # -- rs-subscribe and resync side by side ----------------------------------------------------
 
 
@@ -428,7 +392,7 @@ async def test_rs_subscribe_mirrors_a_source_written_by_resync(
     async with running_agent(agent_config(origin.url, origin, dest)) as run:
         await converged(origin, dest)
         assert run.agent.endpoints is not None and run.agent.endpoints.push_url is None
-        await until(lambda: run.agent.channel == "poll", "polling the pull-only Source")
+        await eventually(lambda: run.agent.channel == "poll", "polling the pull-only Source")
         source.add_change_list(
             [
                 ("/a.txt", "updated", b"alpha, second version\n"),

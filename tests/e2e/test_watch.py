@@ -19,16 +19,9 @@ import pytest
 
 from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Subscriber, Topic
-from tests.hub import conftest as hub_fixtures
-from tests.hub.conftest import Times as SharedTimes
-from tests.hub.conftest import auth, change_fragment, make_settings
-
-# The hub fixtures (a real embedded Redis-compatible server, a hub on loopback).
-redis_url = hub_fixtures.redis_url
-prefix = hub_fixtures.prefix
-hub_factory = hub_fixtures.hub_factory
-hub = hub_fixtures.hub
-client = hub_fixtures.client
+from tests.support.fragments import Times as SharedTimes
+from tests.support.fragments import auth, change_fragment
+from tests.support.hubs import make_settings
 
 RS_SUBSCRIBE = Path(sys.executable).parent / "rs-subscribe"
 SUBSCRIBER_TOKEN = "token-of-mirror-1"

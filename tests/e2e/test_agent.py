@@ -13,20 +13,14 @@ from rspush.hub.push.server import PushServer
 from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Push
 from rspush.resourcesync.w3cdt import parse_w3c_datetime, to_us
-from rspush.subscriber.agent import AgentConfig, _before_oldest
+from rspush.subscriber.agent import AgentConfig
 from rspush.subscriber.api import Subscription
 from rspush.subscriber.changes import Channel, Outcome, ResourceChange
 from rspush.subscriber.filters import ChangeFilter
-from tests.hub import conftest as hub_fixtures
-from tests.hub.conftest import HubFactory, eventually, make_settings
-from tests.subscriber.agent_helpers import converged, mirror_files, running_agent, until
-from tests.subscriber.origin import Announced, Origin, post_fragment, publish, running_origin
-
-redis_url = hub_fixtures.redis_url
-prefix = hub_fixtures.prefix
-hub_factory = hub_fixtures.hub_factory
-hub = hub_fixtures.hub
-client = hub_fixtures.client
+from tests.support.agents import converged, mirror_files, running_agent
+from tests.support.hubs import HubFactory, make_settings
+from tests.support.origin import Announced, Origin, post_fragment, publish, running_origin
+from tests.support.waiting import eventually
 
 
 def config_for(hub: RunningHub, origin: Origin, dest: Path, **options: Any) -> AgentConfig:
@@ -57,7 +51,7 @@ async def test_baseline_then_live_push(
                 origin.uri("/a.txt"),
                 origin.uri("/dir/b.txt"),
             }
-            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await eventually(lambda: run.agent.channel == "push", "the push subscription")
             await publish(
                 client,
                 "dataset1",
@@ -101,7 +95,7 @@ async def test_restart_resumes_from_the_checkpoint(
     async with running_origin() as origin:
         await publish(client, "dataset1", origin, updates(origin, 0, paths))
         async with running_agent(config_for(hub, origin, dest)) as first:
-            await until(lambda: first.agent.channel == "push", "the push subscription")
+            await eventually(lambda: first.agent.channel == "push", "the push subscription")
             for round_ in (1, 2):
                 await publish(client, "dataset1", origin, updates(origin, round_, paths))
             await converged(origin, dest)
@@ -112,7 +106,7 @@ async def test_restart_resumes_from_the_checkpoint(
         async with running_agent(config_for(hub, origin, dest)) as second:
             await converged(origin, dest)
             # Every resource's newest change is applied (older ones may be superseded).
-            await until(
+            await eventually(
                 lambda: {e["uri"] for e in second.applied()} == {origin.uri(p) for p in paths},
                 "the changes made while away",
             )
@@ -131,10 +125,10 @@ async def test_push_down_polls_then_returns_to_push(
     async with running_origin() as origin:
         await publish(client, "dataset1", origin, updates(origin, 0, paths))
         async with running_agent(config_for(hub, origin, dest)) as run:
-            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await eventually(lambda: run.agent.channel == "push", "the push subscription")
             # The push endpoint goes away; the HTTP documents stay.
             await hub.push.stop()
-            await until(lambda: run.agent.channel == "poll", "the fallback to polling")
+            await eventually(lambda: run.agent.channel == "poll", "the fallback to polling")
             await publish(client, "dataset1", origin, updates(origin, 1, paths))
             await converged(origin, dest)
             assert len(run.applied("poll")) == 3
@@ -142,10 +136,10 @@ async def test_push_down_polls_then_returns_to_push(
             push = PushServer(hub.hub.settings, hub.hub.redis)
             await push.start(bind("127.0.0.1", push_port))
             try:
-                await until(lambda: run.agent.channel == "push", "the return to push", 20)
+                await eventually(lambda: run.agent.channel == "push", "the return to push", 20)
                 await publish(client, "dataset1", origin, updates(origin, 2, paths))
                 await converged(origin, dest)
-                await until(lambda: len(run.applied("push")) == 3, "3 pushed changes")
+                await eventually(lambda: len(run.applied("push")) == 3, "3 pushed changes")
             finally:
                 await push.stop()
         no_change_applied_twice(run.events)
@@ -167,7 +161,7 @@ async def test_trimmed_stream_catches_up_through_the_archive(
         await publish(http, "dataset1", origin, updates(origin, 0, paths))
         async with running_agent(config_for(running, origin, dest)) as first:
             await converged(origin, dest)
-            await until(lambda: first.agent.channel == "push", "the push subscription")
+            await eventually(lambda: first.agent.channel == "push", "the push subscription")
         for round_ in range(1, 4):
             await publish(http, "dataset1", origin, updates(origin, round_, paths))
         meta_key = f"{prefix}:{{dataset1}}:meta"
@@ -185,7 +179,7 @@ async def test_trimmed_stream_catches_up_through_the_archive(
             await redis.aclose()
         async with running_agent(config_for(running, origin, dest)) as second:
             await converged(origin, dest)
-            await until(lambda: second.agent.channel == "push", "push after the catch-up")
+            await eventually(lambda: second.agent.channel == "push", "push after the catch-up")
             await publish(http, "dataset1", origin, updates(origin, 4, paths))
             await converged(origin, dest)
         assert len(second.applied("archive")) >= 4, "the trimmed changes came from the archive"
@@ -209,7 +203,7 @@ async def test_a_new_stream_epoch_beyond_the_archive_rebaselines(
             await publish(http, "dataset1", origin, updates(origin, 0, ["/old.txt", "/kept.txt"]))
             async with running_agent(config_for(running, origin, dest)) as first:
                 await converged(origin, dest)
-                await until(lambda: first.agent.channel == "push", "the push subscription")
+                await eventually(lambda: first.agent.channel == "push", "the push subscription")
         # The topic's stream is recreated (a new epoch): its history is gone.
         redis = Redis.from_url(redis_url)
         try:
@@ -227,7 +221,7 @@ async def test_a_new_stream_epoch_beyond_the_archive_rebaselines(
             await publish(http, "dataset1", origin, updates(origin, 1, ["/kept.txt", "/new.txt"]))
             async with running_agent(config_for(running, origin, dest)) as second:
                 await converged(origin, dest)
-                await until(lambda: second.agent.channel == "push", "push after rebaselining")
+                await eventually(lambda: second.agent.channel == "push", "push after rebaselining")
             assert [e["event"] for e in second.events if e["event"] == "rebaseline"] == [
                 "rebaseline"
             ]
@@ -300,7 +294,7 @@ async def test_catch_up_when_trimmed_and_kept_changes_share_a_time(
     ):
         await publish(http, "dataset1", origin, [("/s0.txt", "created", b"s0")])
         async with running_agent(config_for(running, origin, dest)) as first:
-            await until(lambda: first.agent.channel == "push", "the push subscription")
+            await eventually(lambda: first.agent.channel == "push", "the push subscription")
         same = origin.clock.next()
         # s0, s1, s2 fill a list that closes and leaves the stream; s3, at the same time as
         # s1 and s2, comes after that and stays.
@@ -320,7 +314,7 @@ async def test_catch_up_when_trimmed_and_kept_changes_share_a_time(
         await post_at(http, origin, same, [("/s3.txt", b"three")])
         async with running_agent(config_for(running, origin, dest)) as second:
             await converged(origin, dest)
-            await until(lambda: second.agent.channel == "push", "push after the catch-up")
+            await eventually(lambda: second.agent.channel == "push", "push after the catch-up")
             await publish(http, "dataset1", origin, [("/s4.txt", "created", b"four")])
             await converged(origin, dest)
         no_change_applied_twice(first.events + second.events)
@@ -343,7 +337,7 @@ async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
         running_origin() as origin,
     ):
         async with running_agent(config_for(running, origin, dest)) as first:
-            await until(lambda: first.agent.channel == "push", "the push subscription")
+            await eventually(lambda: first.agent.channel == "push", "the push subscription")
         assert mirror_files(dest) == {}
         for i in range(4):
             await post_at(http, origin, None, [(f"/late{i}.txt", f"late {i}".encode())])
@@ -355,7 +349,7 @@ async def test_a_baseline_of_an_empty_topic_is_continued_by_its_archive(
         await eventually(all_archived, what="two closed lists")
         async with running_agent(config_for(running, origin, dest)) as second:
             await converged(origin, dest)
-            await until(lambda: second.agent.channel == "push", "push after the catch-up")
+            await eventually(lambda: second.agent.channel == "push", "push after the catch-up")
         assert not [e for e in second.events if e["event"] == "rebaseline"]
         assert not second.applied("baseline")
 
@@ -380,7 +374,7 @@ async def test_filters_choose_a_collection_and_its_deletions_still_apply(
             change_filter=ChangeFilter.build(collection=theses, exclude=["/skip/"]),
         )
         async with running_agent(config) as run:
-            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await eventually(lambda: run.agent.channel == "push", "the push subscription")
             assert mirror_files(dest) == {"/t1.pdf": b"thesis 1", "/t2.pdf": b"thesis 2"}
             # A deletion entry carries no links: it still removes what the mirror holds.
             changes = [("/t1.pdf", "deleted", None), ("/a1.pdf", "updated", b"article 1 v2")]
@@ -388,7 +382,7 @@ async def test_filters_choose_a_collection_and_its_deletions_still_apply(
             await publish(
                 client, "dataset1", origin, [("/t4.pdf", "created", b"thesis 4")], links=in_set
             )
-            await until(
+            await eventually(
                 lambda: mirror_files(dest) == {"/t2.pdf": b"thesis 2", "/t4.pdf": b"thesis 4"},
                 "the collection's changes",
             )
@@ -416,7 +410,7 @@ async def test_pull_only_polling_follows_the_lists_across_rotations(
         await publish(http, "dataset1", origin, updates(origin, 0, paths[:1]))
         config = config_for(running, origin, dest, poll_interval=0.5)
         async with running_agent(config) as run:
-            await until(lambda: run.agent.channel == "poll", "polling")
+            await eventually(lambda: run.agent.channel == "poll", "polling")
             assert run.agent.endpoints is not None and run.agent.endpoints.push_url is None
             for round_ in range(1, 4):  # 12 changes: lists of 3 close in between polls
                 await publish(http, "dataset1", origin, updates(origin, round_, paths))
@@ -434,9 +428,9 @@ async def test_keep_deleted_keeps_the_file_and_records_the_deletion(
     async with running_origin() as origin:
         await publish(client, "dataset1", origin, [("/k.txt", "created", b"keep me")])
         async with running_agent(config_for(hub, origin, dest, keep_deleted=True)) as run:
-            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await eventually(lambda: run.agent.channel == "push", "the push subscription")
             await publish(client, "dataset1", origin, [("/k.txt", "deleted", None)])
-            await until(lambda: len(run.applied("push")) == 1, "the deletion")
+            await eventually(lambda: len(run.applied("push")) == 1, "the deletion")
             assert run.agent.mirror is not None
             stored = run.agent.mirror.checkpoint.resource(origin.uri("/k.txt"))
             assert stored is not None and stored.change == "deleted"
@@ -453,31 +447,14 @@ async def test_failed_changes_are_retried_until_they_apply(
         await publish(client, "dataset1", origin, [("/r.txt", "created", b"first")])
         config = config_for(hub, origin, dest, retry_interval=0.2, tries=1)
         async with running_agent(config) as run:
-            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await eventually(lambda: run.agent.channel == "push", "the push subscription")
             origin.corrupt("/r.txt", times=2)  # the push attempt and the first retry
             await publish(client, "dataset1", origin, [("/r.txt", "updated", b"second")])
-            await until(
+            await eventually(
                 lambda: any(e["event"] == "failed" for e in run.events), "the failed change"
             )
-            await until(lambda: len(run.applied("retry")) == 1, "the retried change", 20)
+            await eventually(lambda: len(run.applied("retry")) == 1, "the retried change", 20)
             assert mirror_files(dest) == {"/r.txt": b"second"}
             assert run.agent.mirror is not None
             assert run.agent.mirror.checkpoint.failures() == []
         assert origin.requests["/r.txt"] == 4  # baseline, push, retry (bad), retry (good)
-
-
-def test_resume_after_the_trim_only_when_the_catch_up_reached_it() -> None:
-    """The hub's ``after`` is used only if the catch-up read up to ``after_time``: retention
-    may have trimmed more while it ran (then: catch up again)."""
-    info = {"epoch": "e1", "oldest": "7-0", "after": "6-2", "after_time": "2026-01-01T00:00:10Z"}
-    reached = parse_w3c_datetime("2026-01-01T00:00:10Z")
-    short = parse_w3c_datetime("2026-01-01T00:00:09Z")
-    assert _before_oldest(info, reached) == ("6-2", "e1")
-    assert _before_oldest(info, short) is None
-    assert _before_oldest(info, None) is None
-    # A hub without after: just before its oldest change.
-    assert _before_oldest({"epoch": "e1", "oldest": "7-0"}, reached) == (
-        "6-18446744073709551615",
-        "e1",
-    )
-    assert _before_oldest({"oldest": "7-0"}, reached) is None

@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shlex
 import signal
 import sys
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -28,46 +26,17 @@ import httpx
 import pytest
 
 from rspush.hub.server import RunningHub
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub import conftest as hub_fixtures
-from tests.subscriber.agent_helpers import mirror_files
-from tests.subscriber.origin import Announced, Origin, post_fragment, publish, running_origin
+from tests.support.agents import mirror_files
+from tests.support.cli import RS_SUBSCRIBE, rs_subscribe
+from tests.support.origin import Announced, Origin, post_fragment, publish, running_origin
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
-# The hub fixtures (a real embedded Redis-compatible server, a hub on loopback).
-redis_url = hub_fixtures.redis_url
-prefix = hub_fixtures.prefix
-hub_factory = hub_fixtures.hub_factory
-hub = hub_fixtures.hub
-client = hub_fixtures.client
-
-RS_SUBSCRIBE = Path(sys.executable).parent / "rs-subscribe"
-COMMAND_TIMEOUT_S = 30
-"""A command that should finish by itself (baseline, audit, status) does so within this."""
 WAIT_S = 20
 """Waiting for a running agent to reach a state (subscribed, applied, converged)."""
 SUBSCRIBED = "push: subscribed to"
 
 
 # --- running the console script ----------------------------------------------------------------
-
-
-async def rs_subscribe(*args: str, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
-    """Run a command that exits by itself: (exit status, stdout, stderr)."""
-    process = await asyncio.create_subprocess_exec(
-        RS_SUBSCRIBE,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(timeout * TIMEOUT_SCALE):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def status_of(state: Path) -> dict[str, Any]:
@@ -122,16 +91,19 @@ class RunningAgent:
         self, predicate: Callable[[], bool], what: str, timeout: float = WAIT_S
     ) -> None:
         """Wait until ``predicate()``; fail at once (with the agent's log) if it exits."""
-        deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-        while not predicate():
+
+        def done() -> bool:
             if self.process.returncode is not None:
                 pytest.fail(
                     f"rs-subscribe exited {self.process.returncode} while waiting for {what}:\n"
                     + self.log
                 )
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out waiting for {what}; agent log:\n{self.log}")
-            await asyncio.sleep(0.02)
+            return predicate()
+
+        try:
+            await eventually(done, what, timeout)
+        except AssertionError as timed_out:
+            pytest.fail(f"{timed_out}; agent log:\n{self.log}")
 
     async def subscribed(self, times: int = 1) -> None:
         await self.until(lambda: self.log.count(SUBSCRIBED) >= times, "the push subscription")
@@ -328,14 +300,6 @@ async def test_baseline_exits_1_when_a_resource_cannot_be_fetched(
         row = await status_of(dest / ".rs-subscribe" / "state.sqlite")
         assert row["failures"] == 1
         assert row["resources"] == 1
-
-
-async def test_status_of_a_missing_state_file_is_a_usage_error(tmp_path: Path) -> None:
-    code, out, err = await rs_subscribe("status", "--state", str(tmp_path / "nope.sqlite"))
-    assert code == 2
-    assert out == ""
-    assert "nope.sqlite" in err
-    assert not (tmp_path / "nope.sqlite").exists()
 
 
 # --- run: live push, SIGTERM ------------------------------------------------------------------
@@ -920,26 +884,3 @@ async def test_audit_reports_then_repairs(
         # The repaired mirror agrees with the checkpoint: a run applies later changes on it.
         row = await status_of(dest / ".rs-subscribe" / "state.sqlite")
         assert row["resources"] == 3
-
-
-# --- help --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("command", "mentions"),
-    [
-        ("run", ["--map", "--events", "--exec", "--dest"]),
-        ("baseline", ["--events", "--map"]),
-        ("audit", ["--repair", "--json"]),
-        ("status", ["--state", "--json"]),
-    ],
-)
-async def test_help(command: str, mentions: list[str]) -> None:
-    code, out, err = await rs_subscribe(command, "--help")
-    assert code == 0, err
-    for option in mentions:
-        assert option in out, f"{command} --help does not mention {option}"
-
-
-def test_console_script_is_installed() -> None:
-    assert RS_SUBSCRIBE.is_file() and os.access(RS_SUBSCRIBE, os.X_OK)

@@ -1,15 +1,15 @@
 """The hub on a real Redis Cluster: three valkey-server nodes in cluster mode on loopback.
 
 Every topic's keys share one hash slot, so the Lua scripts run on whichever node owns it;
-two topics land on different nodes. Ingest, documents and push must all work."""
+two topics land on different nodes. Ingest, documents and push must all work; push is read
+with the subscriber's own client."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -21,8 +21,9 @@ from rspush.hub.server import bind, running_hub
 from rspush.protocol import TopicRequest
 from rspush.resourcesync import parse_document, validate
 from rspush.subscriber.push import Change, push_changes
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import auth, change_fragment, make_settings
+from tests.support.fragments import auth, change_fragment
+from tests.support.hubs import make_settings
+from tests.support.waiting import TIMEOUT_SCALE, wait_for
 
 NODES = 3
 
@@ -36,6 +37,11 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def _wait_ready(predicate: Callable[[], object], what: str) -> None:
+    """A node refusing connections while it starts is not ready yet."""
+    wait_for(predicate, what, ignoring=(redis.RedisError,))
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +82,18 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     try:
         for port in ports:
-            _wait(lambda p=port: redis.Redis(port=p).ping())
+            _wait_ready(lambda p=port: redis.Redis(port=p).ping(), f"node {port} to answer")
         subprocess.run(
             [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports), "--cluster-yes"],
             check=True,
             capture_output=True,
             timeout=120 * TIMEOUT_SCALE,
         )
-        _wait(
+        _wait_ready(
             lambda: (
                 b"cluster_state:ok" in redis.Redis(port=ports[0]).execute_command("CLUSTER", "INFO")
-            )
+            ),
+            "the cluster state to be ok",
         )
         yield f"redis+cluster://127.0.0.1:{ports[0]}"
     finally:
@@ -94,19 +101,6 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.terminate()
         for process in processes:
             process.wait(timeout=20)
-
-
-def _wait(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-    while True:
-        try:
-            if predicate():
-                return
-        except redis.RedisError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError("cluster not ready")
-        time.sleep(0.05)
 
 
 @pytest.mark.timeout(240)

@@ -1,19 +1,18 @@
-"""Running the agent in the test's event loop beside a real hub and a loopback origin, and
-waiting for the mirror to equal the origin."""
+"""Running the agent in the test's event loop (beside a hub, or a static Source on a loopback
+origin), and waiting for the mirror to equal the origin."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from rspush.subscriber.agent import Agent, AgentConfig
-from tests.conftest import TIMEOUT_SCALE
-from tests.subscriber.origin import Origin
+from tests.support.origin import Origin
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 
 def mirror_files(dest: Path) -> dict[str, bytes]:
@@ -25,20 +24,12 @@ def mirror_files(dest: Path) -> dict[str, bytes]:
     }
 
 
-async def until(predicate: Callable[[], bool], what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout * TIMEOUT_SCALE
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def converged(origin: Origin, dest: Path, timeout: float = 15) -> None:
     def same() -> bool:
         return mirror_files(dest) == origin.resources
 
     try:
-        await until(same, "the mirror to equal the origin", timeout)
+        await eventually(same, "the mirror to equal the origin", timeout)
     except AssertionError:
         mine, theirs = mirror_files(dest), origin.resources
         raise AssertionError(

@@ -4,7 +4,7 @@
 per path (so a test can assert a resource was, or was not, fetched), and can serve wrong
 bytes on purpose (:meth:`Origin.corrupt`) for hash-mismatch tests. It runs on uvicorn in the
 test's own event loop, on a socket bound to 127.0.0.1 port 0, like the hub in
-``hub.server.running_hub``.
+``hub.server.running_hub``; nothing here imports the hub.
 
 :func:`publish` is the other half of a Source: it changes the origin and tells the hub, one
 Change List fragment per call.
@@ -30,9 +30,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from rspush.hub.server import bind
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import TOKEN_A, Times, auth
+from tests.support.fragments import TOKEN_A, Times, auth
+from tests.support.sockets import bind
+from tests.support.waiting import TIMEOUT_SCALE
 
 STARTUP_TIMEOUT_S = 10.0
 RESOURCE_TYPE = "application/octet-stream"
