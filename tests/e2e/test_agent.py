@@ -3,6 +3,8 @@ event loop — baseline, live push, restart, poll fallback, archive catch-up, re
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -165,13 +167,23 @@ async def test_trimmed_stream_catches_up_through_the_archive(
         for round_ in range(1, 4):
             await publish(http, "dataset1", origin, updates(origin, round_, paths))
         meta_key = f"{prefix}:{{dataset1}}:meta"
+        # The first agent's resume point: its watermark, or the baseline's ``at`` before any
+        # change moved it. Retention must trim a change after it, or the second agent
+        # would resume from the stream and never need the archive.
+        with contextlib.closing(sqlite3.connect(dest / ".rs-subscribe" / "state.sqlite")) as state:
+            (resume_us,) = state.execute(
+                "SELECT MAX(MAX(COALESCE(last_time_us, 0)), MAX(COALESCE(baseline_at_us, 0))) "
+                "FROM topics"
+            ).fetchone()
         redis = Redis.from_url(redis_url)
         try:
 
             async def trimmed_past_the_checkpoint() -> bool:
                 trimmed: Any = await redis.hget(meta_key, "trimmed_through_t")
                 return (
-                    trimmed is not None and int(trimmed) > 0 and running.hub.rotator.rotations >= 3
+                    trimmed is not None
+                    and int(trimmed) > resume_us
+                    and running.hub.rotator.rotations >= 3
                 )
 
             await eventually(trimmed_past_the_checkpoint, what="rotation and trimming")
