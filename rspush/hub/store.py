@@ -10,6 +10,10 @@ The scripts and the functions building their arguments are in :mod:`.scripts`.
 
 Every public coroutine of :class:`TopicStore` raises :class:`.errors.StoreUnavailable` (from the
 ``RedisError``) when Redis fails: callers never see redis-py's exceptions.
+
+It is the only module that talks to Redis (hence its length): every read and write of a
+topic's keys, and the one decoder of stream rows, stay where the key layout of
+:mod:`.keys` is used.
 """
 
 from __future__ import annotations
