@@ -172,3 +172,22 @@ async def test_a_future_dated_change_does_not_lock_out_hub_stamped_posts(
         assert all(m is not None for m in moments)
         assert moments[0] == ahead
         assert moments[0] < moments[1] < moments[2]  # type: ignore[operator]
+
+
+async def test_a_large_fragment_is_checked_whole_on_a_repost(redis_url: str, prefix: str) -> None:
+    """More changes than the script reads or writes per call (its chunks): every one is
+    found on the re-post, and one conflicting change past the first chunk refuses it all."""
+    times = Times(step=timedelta(microseconds=1))
+    changes = [(f"http://example.com/l{n}", "created", times.next()) for n in range(2500)]
+    body = change_fragment(*changes)
+    async with edge_hub(redis_url, prefix) as (_, http):
+        first = await http.post(CHANGES, content=body, headers=auth())
+        assert first.status_code == 202 and first.json()["accepted"] == 2500, first.text
+        again = await http.post(CHANGES, content=body, headers=auth())
+        assert again.status_code == 200 and again.json()["duplicates"] == 2500, again.text
+        loc, _, when = changes[2100]
+        conflicting = change_fragment(*changes[:2100], (loc, "deleted", when))
+        reply = await http.post(CHANGES, content=conflicting, headers=auth())
+        assert reply.status_code == 409 and reply.json()["error"] == "conflicting-change"
+        assert "entry 2100" in reply.json()["message"]
+        assert len(await stream_locs(redis_url, prefix, PUBLIC)) == 2500

@@ -34,14 +34,22 @@ end
 -- skipped, counted. Same URI and time with another type or entry is a conflicting history.
 -- Only what the topic held before this request counts, so a fragment may still list one URI
 -- twice at one time.
+local CHUNK = 1000                     -- fields per HMGET/HSET (Lua's unpack has a limit)
+local held = {}
+for first = 0, count - 1, CHUNK do
+  local locs = {}
+  for i = first, math.min(first + CHUNK, count) - 1 do locs[#locs + 1] = record(i).loc end
+  local values = redis.call('HMGET', latest, unpack(locs))
+  for n, value in ipairs(values) do held[first + n - 1] = value end
+end
 local fresh = {}
 local duplicates = 0
 for i = 0, count - 1 do
   local r = record(i)
-  local held = redis.call('HGET', latest, r.loc)
   local mark = r.time_us .. ' ' .. r.change .. ' ' .. redis.sha1hex(r.entry_xml)
-  if held and string.match(held, '^(%S+) ') == r.time_us then
-    if held ~= mark then return {'conflict', i, held} end
+  local h = held[i]
+  if h and string.match(h, '^(%S+) ') == r.time_us then
+    if h ~= mark then return {'conflict', i, h} end
     duplicates = duplicates + 1
   else
     fresh[#fresh + 1] = {r = r, mark = mark}
@@ -84,7 +92,14 @@ if #fresh > 0 then
     else
       redis.call('HSET', state, r.loc, r.state_xml)
     end
-    redis.call('HSET', latest, r.loc, item.mark)
+  end
+  for first = 1, #fresh, CHUNK do
+    local fields = {}
+    for n = first, math.min(first + CHUNK - 1, #fresh) do
+      fields[#fields + 1] = fresh[n].r.loc
+      fields[#fields + 1] = fresh[n].mark
+    end
+    redis.call('HSET', latest, unpack(fields))
   end
   redis.call('HSET', meta, 'last_t', last_time)
   redis.call('HINCRBY', meta, 'open_count', #fresh)
