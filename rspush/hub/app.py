@@ -16,11 +16,18 @@ Ingest endpoints:
 All need ``Authorization: Bearer <token>`` (401 without a valid one, 403 for a topic the
 Source may not post to). An ``Idempotency-Key`` header makes a retry return the first receipt
 without writing again. Errors of posts are JSON ``{"error", "message", "violations": [...]}``;
-errors of reads are ``{"error", "message"}``.
+errors of reads are ``{"error", "message"}``. A post whose changes the topic already holds
+(duplicates) is answered ``200`` with ``"accepted": 0``.
+
+Every document of a private topic, and its topic URI, needs a subscriber's bearer token
+(:func:`.auth.authorise_read`); the Source Description lists private topics only to their
+subscribers. ``/metrics`` needs the ``[hub] metrics_token_sha256`` token when one is set. No
+answer names the store's internals (sockets, paths, versions): they go to the log.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,9 +42,17 @@ from starlette.routing import Route
 
 from rspush.resourcesync.w3cdt import to_us
 
-from .auth import bearer
+from .auth import authorise_read, bearer, readable_private_topics, token_matches
 from .documents import DocumentService, Served
-from .errors import Code, HubError, NotFound, RequestError, StoreUnavailable
+from .errors import (
+    STORE_UNAVAILABLE_MESSAGE,
+    Code,
+    HubError,
+    NotFound,
+    RequestError,
+    StoreUnavailable,
+    Unauthenticated,
+)
 from .materialise import Urls
 from .metrics import HubMetrics
 from .rotation import RotationPolicy, Rotator
@@ -45,6 +60,8 @@ from .service import IngestService
 from .serving import XML, serve
 from .settings import Settings
 from .store import TopicStore
+
+log = logging.getLogger("rspush.hub")
 
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel\s*=\s*"?([^";,]+)"?')
 
@@ -69,6 +86,9 @@ HTTP_STATUS: dict[Code, int] = {
     Code.FUTURE_CHANGE_TIME: 400,
     Code.FORWARD_ORDER: 400,
     Code.CHANGE_TIME_BACKWARDS: 409,
+    Code.CONFLICTING_CHANGE: 409,
+    # draft-ietf-httpapi-idempotency-key-header §2.7: a key reused with another payload.
+    Code.IDEMPOTENCY_KEY_REUSED: 422,
     Code.STORE_UNAVAILABLE: 503,
 }
 """The HTTP status of every error code."""
@@ -86,6 +106,7 @@ class Hub:
         self.metrics.declare_topics([t.name for t in settings.topics])
         self.ingest = IngestService(settings, self.store, self.metrics)
         names = [t.name for t in settings.topics]
+        private = frozenset(t.name for t in settings.topics if t.private)
         self.documents = DocumentService(
             self.store,
             settings.hub.base_url,
@@ -94,6 +115,7 @@ class Hub:
             described_by=settings.hub.description,
             topic_descriptions={t.name: t.description for t in settings.topics},
             push_url=push_url,
+            private=private,
         )
         limits = settings.limits
         self.rotator = Rotator(
@@ -169,6 +191,10 @@ def build_app(hub: Hub) -> Starlette:
     def token(request: Request) -> str | None:
         return bearer(request.headers.get("authorization"))
 
+    def receipt_status(receipt: dict[str, object]) -> int:
+        """202: changes were accepted; 200 when the topic already held all of them."""
+        return 200 if receipt.get("accepted") == 0 else 202
+
     async def post_changes(request: Request) -> Response:
         receipt = await hub.ingest.changes(
             token=token(request),
@@ -176,7 +202,7 @@ def build_app(hub: Hub) -> Starlette:
             idempotency_key=request.headers.get("idempotency-key"),
             body=body_reader(request),
         )
-        return JSONResponse(receipt, status_code=202)
+        return JSONResponse(receipt, status_code=receipt_status(receipt))
 
     async def post_baseline(request: Request) -> Response:
         receipt = await hub.ingest.baseline(
@@ -207,18 +233,39 @@ def build_app(hub: Hub) -> Starlette:
     ) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             topic = request.path_params["topic"]
+            authorise_read(settings, topic, token(request))
             served = await build(request, topic)
-            return serve(request, served, base_url=base_url, topic=topic, push_url=hub.push_url)
+            return serve(
+                request,
+                served,
+                base_url=base_url,
+                topic=topic,
+                push_url=hub.push_url,
+                private=is_private(topic),
+            )
 
         return handler
 
+    def is_private(topic: str) -> bool:
+        config = settings.topic(topic)
+        return config is not None and config.private
+
     async def well_known(request: Request) -> Response:
-        served = hub.documents.source_description()
-        return serve(request, served, base_url=base_url, topic=None, push_url=hub.push_url)
+        readable = readable_private_topics(settings, token(request))
+        served = hub.documents.source_description(readable)
+        return serve(
+            request,
+            served,
+            base_url=base_url,
+            topic=None,
+            push_url=hub.push_url,
+            private=bool(readable),
+        )
 
     async def topic_uri(request: Request) -> Response:
         """Notification spec §4.1: 200, application/xml, Link self + hub; no content."""
         topic = request.path_params["topic"]
+        authorise_read(settings, topic, token(request))
         if settings.topic(topic) is None:
             raise NotFound(f"no topic {topic!r}", topic=topic)
         urls = Urls(base_url, topic)
@@ -239,10 +286,20 @@ def build_app(hub: Hub) -> Starlette:
         try:
             await hub.store.ping()
         except (StoreUnavailable, OSError) as exc:
-            return JSONResponse({"status": "unavailable", "redis": str(exc)}, 503)
+            # Unauthenticated: the reason (socket path, server text) goes to the log only.
+            log.warning("readyz: store unavailable: %s", exc)
+            body = {
+                "status": "unavailable",
+                "error": Code.STORE_UNAVAILABLE,
+                "message": STORE_UNAVAILABLE_MESSAGE,
+            }
+            return JSONResponse(body, 503)
         return JSONResponse({"status": "ready"})
 
     async def metrics(request: Request) -> Response:
+        required = settings.hub.metrics_token_sha256
+        if required is not None and not token_matches(token(request), required):
+            raise Unauthenticated("/metrics needs 'Authorization: Bearer <metrics token>'")
         for topic in hub.documents.topics:
             try:
                 hub.metrics.stream_length.labels(topic).set(await hub.store.stream_length(topic))

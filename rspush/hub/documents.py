@@ -40,6 +40,7 @@ class DocumentService:
         described_by: str | None = None,
         topic_descriptions: dict[str, str | None] | None = None,
         push_url: str | None = None,
+        private: frozenset[str] = frozenset(),
     ) -> None:
         self.push_url = push_url
         self.store = store
@@ -52,7 +53,10 @@ class DocumentService:
         self._cache: dict[tuple[str, str], tuple[str, Served | dict[int, bytes]]] = {}
         self._modified: dict[tuple[str, str], datetime | None] = {}
         self._closed: dict[tuple[str, int], Served] = {}
-        self._source_description: Served | None = None
+        self.private = private
+        """Topics only their subscribers may read: the public Source Description omits them."""
+        # Keyed by the private topics listed (none for the public one).
+        self._source_descriptions: dict[frozenset[str], Served] = {}
         self._capability_lists: dict[str, Served] = {}
 
     def urls(self, topic: str) -> m.Urls:
@@ -60,12 +64,17 @@ class DocumentService:
             raise NotFound(f"no topic {topic!r}", topic=topic)
         return m.Urls(self.base_url, topic)
 
-    def source_description(self) -> Served:
-        # Depends on configuration only: built once per process.
-        if self._source_description is None:
-            body = m.source_description(self.base_url, self.topics, self.described_by)
-            self._source_description = Served(body, _etag("sd", body), None)
-        return self._source_description
+    def source_description(self, readable: frozenset[str] = frozenset()) -> Served:
+        """Every public topic, and the private ones in ``readable`` (what the requester's
+        subscriber token may read). Depends on configuration only: built once per set."""
+        shown = self.private & readable
+        served = self._source_descriptions.get(shown)
+        if served is None:
+            topics = [t for t in self.topics if t not in self.private or t in shown]
+            body = m.source_description(self.base_url, topics, self.described_by)
+            served = Served(body, _etag("sd", body), None)
+            self._source_descriptions[shown] = served
+        return served
 
     def capability_list(self, topic: str) -> Served:
         served = self._capability_lists.get(topic)

@@ -14,8 +14,10 @@
     │   │                         wrong-namespace, not-resourcesync, invalid-document,
     │   │                         wrong-capability, empty, too-many-entries,
     │   │                         future-change-time, forward-order
-    │   └── ChangeTimeBackwards   change-time-backwards (+ topic, first_us, last_us)
-    └── StoreUnavailable          store-unavailable
+    │   ├── ChangeTimeBackwards   change-time-backwards (+ topic, first_us, last_us)
+    │   ├── ConflictingChange     conflicting-change (+ topic, entry)
+    │   └── IdempotencyKeyReused  idempotency-key-reused
+    └── StoreUnavailable          store-unavailable (a fixed message: no internals)
 
 The code (:class:`Code`) is what clients see in the ``error`` member of a JSON error body and
 what the rejection metrics count; the HTTP edge (:mod:`.app`) maps each code to a status in
@@ -50,6 +52,8 @@ class Code(StrEnum):
     FUTURE_CHANGE_TIME = "future-change-time"
     FORWARD_ORDER = "forward-order"
     CHANGE_TIME_BACKWARDS = "change-time-backwards"
+    CONFLICTING_CHANGE = "conflicting-change"
+    IDEMPOTENCY_KEY_REUSED = "idempotency-key-reused"
     STORE_UNAVAILABLE = "store-unavailable"
 
 
@@ -139,8 +143,34 @@ class ChangeTimeBackwards(IngestError):
         self.last_us = last_us
 
 
-class StoreUnavailable(HubError):
-    """Redis did not answer or refused the operation; nothing is known to be written."""
+class ConflictingChange(IngestError):
+    """A change has the same URI and change time as the change the topic holds for that URI,
+    but another change type or other content: two histories of one resource disagree."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, topic: str, entry: int) -> None:
+        super().__init__(Code.CONFLICTING_CHANGE, message, entry=entry)
+        self.topic = topic
+
+
+class IdempotencyKeyReused(IngestError):
+    """The Source already used this ``Idempotency-Key`` on this topic for another body
+    (draft-ietf-httpapi-idempotency-key-header §2.7: a key names one request payload)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            Code.IDEMPOTENCY_KEY_REUSED,
+            "this Idempotency-Key was already used for a different body; use a new key",
+        )
+
+
+STORE_UNAVAILABLE_MESSAGE = "the store is unavailable; retry later"
+
+
+class StoreUnavailable(HubError):
+    """Redis did not answer or refused the operation; nothing is known to be written.
+
+    The message clients see is fixed: Redis's own error text names sockets, hosts and server
+    versions, so it goes to the log only (:mod:`.store`)."""
+
+    def __init__(self, message: str = STORE_UNAVAILABLE_MESSAGE) -> None:
         super().__init__(Code.STORE_UNAVAILABLE, message)

@@ -7,9 +7,10 @@ Lua scripts that append changes and rotate Change Lists touch several of them at
     {prefix}:{topic}:changes        stream: one entry per accepted change
     {prefix}:{topic}:meta           hash: epoch, last change time, open list bounds, counters
     {prefix}:{topic}:state          hash: URI -> Resource List entry XML (current state)
+    {prefix}:{topic}:latest         hash: URI -> its last change (time, type, entry digest)
     {prefix}:{topic}:closed         list: JSON records of closed Change Lists, in order
     {prefix}:{topic}:closed:{n}     string: the n-th closed Change List (immutable XML)
-    {prefix}:{topic}:idem:{key}     string: receipt of an idempotent request (expires)
+    {prefix}:{topic}:idem:{source}/{key}  string: receipt of an idempotent request (expires)
     {prefix}:{topic}:lease          string: the rotation lease holder's token (expires)
 """
 
@@ -40,6 +41,10 @@ class TopicKeys:
     @property
     def state(self) -> str:
         return f"{self._base}:state"
+
+    @property
+    def latest(self) -> str:
+        return f"{self._base}:latest"
 
     @property
     def closed(self) -> str:

@@ -1,10 +1,19 @@
-"""``rs-publish``: post a Change List fragment (or a baseline Resource List) to a hub."""
+"""``rs-publish``: post a Change List fragment (or a baseline Resource List) to a hub.
+
+Every post carries an ``Idempotency-Key`` — the one given, else one derived from the topic and
+the body (:func:`derived_key`) — and is retried on connection errors and on 502/503/504, with
+exponential backoff, at most ``--retries`` times. A post the hub committed but whose answer
+was lost is then answered by the hub's stored receipt (``"replayed": true``) instead of being
+written twice, and a post that never arrived is sent again: exactly once either way.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +23,28 @@ import typer
 app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
 
 TIMEOUT_S = 60.0
+DEFAULT_RETRIES = 5
+"""Attempts after the first one."""
+DEFAULT_RETRY_WAIT_S = 0.5
+"""The first backoff; each next one doubles, up to :data:`MAX_RETRY_WAIT_S`."""
+MAX_RETRY_WAIT_S = 10.0
+RETRY_STATUSES = frozenset({502, 503, 504})
+"""The hub (or a proxy before it) could not handle the post now: worth sending again."""
+
+
+def derived_key(topic: str, body: bytes) -> str:
+    """The Idempotency-Key of a post: the SHA-256 of its topic and body, so the same file
+    posted again to the same topic is the same request."""
+    digest = hashlib.sha256(topic.encode() + b"\n" + body).hexdigest()
+    return f"sha256-{digest}"
+
+
+def backoff_s(attempt: int, first_s: float, retry_after: str | None = None) -> float:
+    """How long to wait before retry ``attempt`` (0-based): ``Retry-After`` seconds when the
+    answer gave some (RFC 9110 §10.2.3), else ``first_s`` doubled per attempt; capped."""
+    if retry_after is not None and retry_after.strip().isdigit():
+        return min(float(retry_after.strip()), MAX_RETRY_WAIT_S)
+    return float(min(first_s * 2**attempt, MAX_RETRY_WAIT_S))
 
 
 @app.command()
@@ -29,27 +60,64 @@ def main(
         bool, typer.Option(help="Post a Resource List as the topic's baseline state.")
     ] = False,
     idempotency_key: Annotated[
-        str | None, typer.Option(help="Make retries of this post a no-op.")
+        str | None,
+        typer.Option(help="Key making retries a no-op (default: the SHA-256 of topic and body)."),
     ] = None,
+    retries: Annotated[
+        int, typer.Option(min=0, help="Retries on connection errors and 502/503/504.")
+    ] = DEFAULT_RETRIES,
+    retry_wait: Annotated[
+        float, typer.Option(min=0.0, help="Seconds before the first retry; doubled per retry.")
+    ] = DEFAULT_RETRY_WAIT_S,
 ) -> None:
     """Post FILE to the hub and print its JSON receipt; exit 1 with the hub's message if
-    it refuses, 2 on usage or connection errors."""
+    it refuses, 2 on usage or connection errors (after the retries)."""
     token = _token(token_file)
     body = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
     path = "baseline" if baseline else "changes"
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/xml"}
-    if idempotency_key:
-        headers["Idempotency-Key"] = idempotency_key
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/xml",
+        "Idempotency-Key": idempotency_key or derived_key(topic, body),
+    }
     url = f"{hub.rstrip('/')}/topics/{topic}/{path}"
-    try:
-        reply = httpx.post(url, content=body, headers=headers, timeout=TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        typer.echo(f"rs-publish: POST {url}: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    with httpx.Client(timeout=TIMEOUT_S) as client:
+        reply = _post(client, url, body, headers, retries=retries, retry_wait=retry_wait)
     if reply.status_code >= 400:
         typer.echo(f"rs-publish: {reply.status_code} {_message(reply)}", err=True)
         raise typer.Exit(1)
     typer.echo(reply.text)
+
+
+def _post(
+    client: httpx.Client,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    retries: int,
+    retry_wait: float,
+) -> httpx.Response:
+    """The hub's answer, after up to ``retries`` retries; exit 2 if it never answered."""
+    for attempt in range(retries + 1):
+        last = attempt == retries
+        try:
+            reply = client.post(url, content=body, headers=headers)
+        except httpx.TransportError as exc:
+            # Connection refused, reset, or closed before the answer: the hub may or may not
+            # have committed the post; the same key makes sending it again safe.
+            if last:
+                typer.echo(f"rs-publish: POST {url}: {exc}", err=True)
+                raise typer.Exit(2) from exc
+            wait = backoff_s(attempt, retry_wait)
+            typer.echo(f"rs-publish: POST {url}: {exc}; retrying in {wait:g} s", err=True)
+        else:
+            if reply.status_code not in RETRY_STATUSES or last:
+                return reply
+            wait = backoff_s(attempt, retry_wait, reply.headers.get("retry-after"))
+            typer.echo(f"rs-publish: {reply.status_code}; retrying in {wait:g} s", err=True)
+        time.sleep(wait)
+    raise AssertionError("unreachable: the last attempt returns or exits")
 
 
 def _token(token_file: Path | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
+from urllib.parse import quote
 
 from .ingest import IngestPlan, SeedPlan
 from .keys import TopicKeys
@@ -36,9 +37,15 @@ class Call:
         return [*self.args.values(), *self.rest]
 
 
-def _idempotency(k: TopicKeys, key: str | None) -> tuple[str, str]:
-    """has_idem and the key holding the receipt (the meta key, never written, when unused)."""
-    return ("1", k.idempotency(key)) if key else ("0", k.meta)
+def _idempotency(k: TopicKeys, key: str | None, source: str) -> tuple[str, str]:
+    """has_idem and the key holding the receipt (the meta key, never written, when unused).
+
+    A key is scoped by the topic (``k``) and the Source: two Sources choosing the same key
+    are two requests. The Source's name is percent-encoded so no name can reach into the
+    key's part (draft-ietf-httpapi-idempotency-key-header §2.2: keys are the client's)."""
+    if not key:
+        return "0", k.meta
+    return "1", k.idempotency(f"{quote(source, safe='')}/{key}")
 
 
 def append_call(
@@ -49,8 +56,10 @@ def append_call(
     idempotency_ttl_s: int,
     epoch_candidate: str,
     now_us: int,
+    source: str = "",
+    body_sha256: str = "",
 ) -> Call:
-    has_idem, idem = _idempotency(k, idempotency_key)
+    has_idem, idem = _idempotency(k, idempotency_key, source)
     records: list[Any] = []
     for record in plan.records:  # RECORD_WIDTH values each
         records += [
@@ -62,13 +71,14 @@ def append_call(
             record.entry_json,
         ]
     return Call(
-        {"stream": k.stream, "meta": k.meta, "state": k.state, "idem": idem},
+        {"stream": k.stream, "meta": k.meta, "state": k.state, "idem": idem, "latest": k.latest},
         {
             "count": len(plan.records),
             "has_idem": has_idem,
             "idem_ttl": idempotency_ttl_s,
             "epoch_candidate": epoch_candidate,
             "now_us": now_us,
+            "body_sha256": body_sha256,
         },
         records,
     )
@@ -82,8 +92,10 @@ def seed_call(
     idempotency_ttl_s: int,
     epoch_candidate: str,
     now_us: int,
+    source: str = "",
+    body_sha256: str = "",
 ) -> Call:
-    has_idem, idem = _idempotency(k, idempotency_key)
+    has_idem, idem = _idempotency(k, idempotency_key, source)
     pairs: list[Any] = []
     for loc, xml in plan.state.items():
         pairs += [loc, xml]
@@ -95,6 +107,7 @@ def seed_call(
             "epoch_candidate": epoch_candidate,
             "now_us": now_us,
             "at_us": plan.at_us,
+            "body_sha256": body_sha256,
         },
         pairs,
     )

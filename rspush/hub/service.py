@@ -8,21 +8,31 @@ returns the receipt or raises a :class:`.errors.HubError`.
 The body comes as a reader, called once the request is admitted: a request without a valid
 token or with a malformed key is refused before its body is read.
 
-Change times the hub stamped itself (entries without one) can lose a race with a concurrent
-post that appended later times first; the append is then rejected as going backwards. Since
-the hub made those times up, it stamps them again and retries (:func:`should_restamp`),
-at most :data:`STAMP_RETRIES` times. Times a Source gave are never changed.
+Change times the hub stamps itself (entries without one) are never refused as going
+backwards: when the append is rejected because the topic's last change is later than the
+hub's clock (a concurrent post appended later times first, or a Source dated a change ahead
+of the clock, within ``future_tolerance_s``), the hub stamps them again with
+:func:`restamp_time` — ``max(now, last change time + 1 µs)`` — and retries
+(:func:`should_restamp`), at most :data:`STAMP_RETRIES` times. So they keep the stream's
+order and a future-dated change of one Source does not lock the others out. Times a Source
+gave are never changed, and still go through the backwards check.
+
+An idempotency key is scoped by the topic and the Source; the SHA-256 of the body is stored
+with the receipt, and the same key with another body is refused
+(:class:`.errors.IdempotencyKeyReused`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rspush.resourcesync import Document
-from rspush.resourcesync.w3cdt import to_us
+from rspush.resourcesync.w3cdt import from_us, to_us
 
 from .auth import find_source
 from .errors import (
@@ -59,6 +69,14 @@ def should_restamp(plan: IngestPlan, attempt: int) -> bool:
     return plan.stamped and attempt + 1 < STAMP_RETRIES
 
 
+def restamp_time(now: datetime, last_us: int) -> datetime:
+    """The time for changes the hub stamps, given the topic's last change time: its clock,
+    or just after the last change when that is ahead of the clock. Strictly after, so a
+    stamped change never shares its time with a Source's change of the same URI (a
+    duplicate or a conflict, docs/hub.md)."""
+    return max(now, from_us(last_us) + timedelta(microseconds=1))
+
+
 def checked_idempotency_key(key: str | None) -> str | None:
     """An ``Idempotency-Key`` is 1-200 printable ASCII characters (no spaces)."""
     if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
@@ -66,6 +84,17 @@ def checked_idempotency_key(key: str | None) -> str | None:
             Code.BAD_IDEMPOTENCY_KEY, "Idempotency-Key: 1-200 printable ASCII characters"
         )
     return key
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """An admitted post: its document, its idempotency key, who sent it and its body's
+    SHA-256 (which the key's receipt keeps)."""
+
+    document: Document
+    key: str | None
+    source: str
+    body_sha256: str
 
 
 class IngestService:
@@ -138,13 +167,15 @@ class IngestService:
         self, *, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
     ) -> dict[str, Any]:
         """A Change List fragment or change notification: appended to the topic's stream."""
-        document, key = await self._admit(token, topic, idempotency_key, body)
+        admitted = await self._admit(token, topic, idempotency_key, body)
         limits = self.settings.limits
-        now = self.clock()
+        now = stamp = self.clock()
         for attempt in range(STAMP_RETRIES):
+            # The first plan checks every given time against the clock (future tolerance);
+            # a re-plan only moves the stamped times, the given ones are unchanged.
             plan = plan_changes(
-                document,
-                now=now,
+                admitted.document,
+                now=stamp,
                 max_entries=limits.max_entries_per_request,
                 future_tolerance=timedelta(seconds=limits.future_tolerance_s),
             )
@@ -153,27 +184,30 @@ class IngestService:
                     topic,
                     plan,
                     now_us=to_us(now),
-                    idempotency_key=key,
+                    idempotency_key=admitted.key,
                     idempotency_ttl_s=limits.idempotency_ttl_s,
+                    source=admitted.source,
+                    body_sha256=admitted.body_sha256,
                 )
                 break
-            except ChangeTimeBackwards:
+            except ChangeTimeBackwards as exc:
                 if not should_restamp(plan, attempt):
                     raise
                 now = self.clock()
-        if not replayed:
-            self.metrics.accepted.labels(topic).inc(len(plan.records))
+                stamp = restamp_time(now, exc.last_us)
+        if not replayed:  # duplicates the topic already held are not counted again
+            self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted", 0)))
         return _receipt(receipt, topic, replayed)
 
     async def baseline(
         self, *, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
     ) -> dict[str, Any]:
         """A Resource List taken as the topic's state at its ``at`` (no change events)."""
-        document, key = await self._admit(token, topic, idempotency_key, body)
+        admitted = await self._admit(token, topic, idempotency_key, body)
         limits = self.settings.limits
         now = self.clock()
         plan = plan_seed(
-            document,
+            admitted.document,
             max_entries=SEED_MAX_ENTRIES,
             now=now,
             future_tolerance=timedelta(seconds=limits.future_tolerance_s),
@@ -182,19 +216,22 @@ class IngestService:
             topic,
             plan,
             now_us=to_us(now),
-            idempotency_key=key,
+            idempotency_key=admitted.key,
             idempotency_ttl_s=limits.idempotency_ttl_s,
+            source=admitted.source,
+            body_sha256=admitted.body_sha256,
         )
         return _receipt(receipt, topic, replayed)
 
     async def _admit(
         self, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
-    ) -> tuple[Document, str | None]:
+    ) -> Admitted:
         """Authorise, check the key, then read and parse the body."""
-        self.authorise(token, topic)
+        source = self.authorise(token, topic)
         key = checked_idempotency_key(idempotency_key)
-        document = parse_fragment(await body(), max_bytes=self.settings.limits.max_body_bytes)
-        return document, key
+        raw = await body()
+        document = parse_fragment(raw, max_bytes=self.settings.limits.max_body_bytes)
+        return Admitted(document, key, source.name, hashlib.sha256(raw).hexdigest())
 
 
 def _receipt(receipt: dict[str, Any], topic: str, replayed: bool) -> dict[str, Any]:

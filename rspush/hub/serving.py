@@ -29,8 +29,12 @@ def serve(
     base_url: str,
     topic: str | None,
     push_url: str | None,
+    private: bool = False,
 ) -> Response:
-    """``served`` as the answer to ``request``: 200 with the body, or 304."""
+    """``served`` as the answer to ``request``: 200 with the body, or 304.
+
+    ``private``: the answer depends on the request's token, so shared caches must not keep
+    it (RFC 9111 §5.2.2.7) and it varies by ``Authorization``."""
     headers = {"ETag": served.etag}
     links = []
     if topic is not None:
@@ -43,9 +47,13 @@ def serve(
         headers["Link"] = ", ".join(links)
     if served.last_modified is not None and _settled(served.last_modified):
         headers["Last-Modified"] = format_datetime(served.last_modified, usegmt=True)
-    headers["Cache-Control"] = (
-        "public, max-age=31536000, immutable" if served.immutable else "no-cache"
-    )
+    if served.immutable:
+        scope = "private" if private else "public"
+        headers["Cache-Control"] = f"{scope}, max-age=31536000, immutable"
+    else:
+        headers["Cache-Control"] = "private, no-cache" if private else "no-cache"
+    if private:
+        headers["Vary"] = "Authorization"
     if _not_modified(request, served):
         return Response(status_code=304, headers=headers)
     return Response(served.body, media_type=XML, headers=headers)

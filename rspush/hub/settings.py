@@ -36,6 +36,19 @@ class HubSection(BaseModel):
     """How documents name the hub: the public URL Destinations reach it at."""
     description: str | None = None
     """Optional URL of a document describing the Source (describedby link)."""
+    metrics_token_sha256: str | None = None
+    """When set, ``/metrics`` needs ``Authorization: Bearer <token>`` with this token's
+    SHA-256 (like Sources' tokens, never stored in clear)."""
+
+    @field_validator("metrics_token_sha256")
+    @classmethod
+    def _metrics_hex(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().lower()
+        if not _SHA256_HEX.fullmatch(value):
+            raise ValueError("metrics_token_sha256 must be 64 hex digits (see `rs-hub token new`)")
+        return value
 
     @field_validator("base_url")
     @classmethod

@@ -3,8 +3,10 @@ materialised documents.
 
 Every write is one Lua script touching only one topic's keys (one hash slot), so it is atomic
 on a single server and on a Redis Cluster alike: a request that fails writes nothing, and
-concurrent posters are serialised by the server. The script checks the idempotency key and
-the backwards-time policy *inside* the same atomic step as the append.
+concurrent posters are serialised by the server. The script checks the idempotency key (scoped
+by Source, with the body's digest), skips the changes the topic already holds (duplicates),
+refuses conflicting ones and applies the backwards-time policy *inside* the same atomic step
+as the append.
 
 The scripts and the functions building their arguments are in :mod:`.scripts`.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,9 +38,11 @@ from rspush.protocol import ZERO, Position, PushedChange, SinceLookup
 from rspush.resourcesync.w3cdt import from_us, to_us
 
 from . import scripts
-from .errors import ChangeTimeBackwards, StoreUnavailable
+from .errors import ChangeTimeBackwards, ConflictingChange, IdempotencyKeyReused, StoreUnavailable
 from .ingest import IngestPlan, SeedPlan
 from .keys import TopicKeys
+
+log = logging.getLogger("rspush.hub.store")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -50,7 +55,9 @@ def _translated(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_
         try:
             return await method(*args, **kwargs)
         except RedisError as exc:
-            raise StoreUnavailable(str(exc)) from exc
+            # Redis's text names sockets, hosts and versions: the log has it, clients do not.
+            log.warning("store: %s failed: %s", method.__name__, exc)
+            raise StoreUnavailable() from exc
 
     return wrapper
 
@@ -198,8 +205,14 @@ class TopicStore:
         now_us: int,
         idempotency_key: str | None,
         idempotency_ttl_s: int,
+        source: str = "",
+        body_sha256: str = "",
     ) -> tuple[dict[str, Any], bool]:
-        """Append all records atomically. Returns (receipt, replayed)."""
+        """Append the records atomically, but for those the topic already holds (counted as
+        ``duplicates`` in the receipt). Returns (receipt, replayed).
+
+        The idempotency key is scoped by ``source``; ``body_sha256`` is kept with its receipt,
+        and the same key with another body raises :class:`.errors.IdempotencyKeyReused`."""
         call = scripts.append_call(
             self.keys(topic),
             plan,
@@ -207,8 +220,10 @@ class TopicStore:
             idempotency_ttl_s=idempotency_ttl_s,
             epoch_candidate=secrets.token_hex(8),
             now_us=now_us,
+            source=source,
+            body_sha256=body_sha256,
         )
-        return self._outcome(topic, await self._run(self._append, call), plan.first_time_us)
+        return self._outcome(topic, await self._run(self._append, call), plan.first_time_us, plan)
 
     async def seed(
         self,
@@ -218,6 +233,8 @@ class TopicStore:
         now_us: int,
         idempotency_key: str | None,
         idempotency_ttl_s: int,
+        source: str = "",
+        body_sha256: str = "",
     ) -> tuple[dict[str, Any], bool]:
         call = scripts.seed_call(
             self.keys(topic),
@@ -226,14 +243,32 @@ class TopicStore:
             idempotency_ttl_s=idempotency_ttl_s,
             epoch_candidate=secrets.token_hex(8),
             now_us=now_us,
+            source=source,
+            body_sha256=body_sha256,
         )
         return self._outcome(topic, await self._run(self._seed, call), plan.at_us)
 
     @staticmethod
-    def _outcome(topic: str, outcome: list[Any], first_us: int) -> tuple[dict[str, Any], bool]:
+    def _outcome(
+        topic: str, outcome: list[Any], first_us: int, plan: IngestPlan | None = None
+    ) -> tuple[dict[str, Any], bool]:
         status = outcome[0].decode() if isinstance(outcome[0], bytes) else outcome[0]
+        if status == "reused":
+            raise IdempotencyKeyReused()
+        if status == "conflict" and plan is not None:
+            index = int(outcome[1])
+            record = plan.records[index]
+            raise ConflictingChange(
+                f"entry {index}: {record.loc} already has a change at "
+                f"{from_us(record.time_us).isoformat()} with another change type or other "
+                "content; a resource has one history",
+                topic=topic,
+                entry=index,
+            )
         if status == "backwards":
             last_us = int(outcome[1])
+            # The first change the topic does not already hold (duplicates are skipped).
+            first_us = int(outcome[2]) if len(outcome) > 2 else first_us
             raise ChangeTimeBackwards(
                 f"change time {from_us(first_us).isoformat()} is before the topic's last "
                 f"accepted change at {from_us(last_us).isoformat()}; the hub publishes Change "
@@ -243,6 +278,7 @@ class TopicStore:
                 last_us=last_us,
             )
         receipt: dict[str, Any] = json.loads(outcome[1])
+        receipt.pop("body_sha256", None)  # kept for the key's check, not part of the receipt
         return receipt, status == "dup"
 
     async def meta(self, topic: str) -> TopicMeta:

@@ -58,6 +58,7 @@ class FakeStore:
         now_us: int,
         idempotency_key: str | None,
         idempotency_ttl_s: int,
+        **scope: str,
     ) -> tuple[dict[str, Any], bool]:
         self.appends.append((plan, now_us, idempotency_key))
         if len(self.appends) <= self.backwards:

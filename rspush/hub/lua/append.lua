@@ -1,15 +1,17 @@
--- Append a fragment's changes to a topic atomically: the idempotency check, the
--- backwards-time check and the writes are one step.
+-- Append a fragment's changes to a topic atomically: the idempotency check, the duplicate
+-- and conflict checks, the backwards-time check and the writes are one step.
 local stream = KEYS[1]         -- stream: one entry per accepted change
 local meta = KEYS[2]           -- hash: the topic's meta
 local state = KEYS[3]          -- hash: URI -> Resource List entry XML
 local idem = KEYS[4]           -- the idempotency key's receipt (the meta key when unused)
+local latest = KEYS[5]         -- hash: URI -> its last change: "time_us change sha1(entry XML)"
 local count = tonumber(ARGV[1])        -- number of changes
 local has_idem = ARGV[2] == '1'        -- '1' when the request carried an idempotency key
 local idem_ttl = tonumber(ARGV[3])     -- seconds the receipt is remembered
 local epoch_candidate = ARGV[4]        -- the topic's epoch, if this append creates it
 local now_us = ARGV[5]                 -- hub clock, microseconds since the epoch
-local FIRST_RECORD = 6                 -- then count x RECORD_WIDTH values, one record each:
+local body_sha256 = ARGV[6]            -- SHA-256 of the request body, kept with the receipt
+local FIRST_RECORD = 7                 -- then count x RECORD_WIDTH values, one record each:
 local RECORD_WIDTH = 6                 --   time_us, loc, change, entry_xml, state_xml, entry_json
 
 local function record(i)
@@ -20,45 +22,92 @@ end
 
 if has_idem then
   local seen = redis.call('GET', idem)
-  if seen then return {'dup', seen} end
-end
-local first_time = record(0).time_us
--- Times are integers below 2^53: exact as Lua numbers; returned as the stored string.
-local last_raw = redis.call('HGET', meta, 'last_t') or '0'
-if tonumber(first_time) < tonumber(last_raw) then return {'backwards', last_raw} end
-if redis.call('HSETNX', meta, 'epoch', epoch_candidate) == 1 then
-  redis.call('HSET', meta, 'created', now_us)
-end
--- The first list covers the topic from its start, not from its first change: a Resource
--- List served before any change (at = creation or seed time) must be continued by it.
-if redis.call('HEXISTS', meta, 'open_from') == 0 then
-  local from = first_time
-  for _, field in ipairs({'created', 'state_at'}) do
-    local t = redis.call('HGET', meta, field)
-    if t and tonumber(t) < tonumber(from) then from = t end
+  if seen then
+    -- A key names one request: the same key with another body is not a retry.
+    local stored = cjson.decode(seen).body_sha256
+    if stored and stored ~= body_sha256 then return {'reused'} end
+    return {'dup', seen}
   end
-  redis.call('HSET', meta, 'open_from', from)
 end
-redis.call('HSETNX', meta, 'open_since', now_us)
-local first_id, last_id, last_time
+
+-- A change the topic already holds for its URI (same time, type and entry) is a duplicate:
+-- skipped, counted. Same URI and time with another type or entry is a conflicting history.
+-- Only what the topic held before this request counts, so a fragment may still list one URI
+-- twice at one time.
+local CHUNK = 1000                     -- fields per HMGET/HSET (Lua's unpack has a limit)
+local held = {}
+for first = 0, count - 1, CHUNK do
+  local locs = {}
+  for i = first, math.min(first + CHUNK, count) - 1 do locs[#locs + 1] = record(i).loc end
+  local values = redis.call('HMGET', latest, unpack(locs))
+  for n, value in ipairs(values) do held[first + n - 1] = value end
+end
+local fresh = {}
+local duplicates = 0
 for i = 0, count - 1 do
   local r = record(i)
-  local id = redis.call('XADD', stream, '*', 't', r.time_us, 'loc', r.loc,
-                        'ch', r.change, 'x', r.entry_xml, 'j', r.entry_json)
-  if i == 0 then first_id = id end
-  last_id = id
-  last_time = r.time_us
-  if r.change == 'deleted' then
-    redis.call('HDEL', state, r.loc)
+  local mark = r.time_us .. ' ' .. r.change .. ' ' .. redis.sha1hex(r.entry_xml)
+  local h = held[i]
+  if h and string.match(h, '^(%S+) ') == r.time_us then
+    if h ~= mark then return {'conflict', i, h} end
+    duplicates = duplicates + 1
   else
-    redis.call('HSET', state, r.loc, r.state_xml)
+    fresh[#fresh + 1] = {r = r, mark = mark}
   end
 end
-redis.call('HSET', meta, 'last_t', last_time)
-redis.call('HINCRBY', meta, 'open_count', count)
-redis.call('HINCRBY', meta, 'version', 1)
-redis.call('HSET', meta, 'modified', server_now())
-local epoch = redis.call('HGET', meta, 'epoch')
-local receipt = cjson.encode({accepted = count, first = first_id, last = last_id, epoch = epoch})
+
+local epoch
+local first_id, last_id = cjson.null, cjson.null
+if #fresh > 0 then
+  local first_time = fresh[1].r.time_us
+  -- Times are integers below 2^53: exact as Lua numbers; returned as the stored string.
+  local last_raw = redis.call('HGET', meta, 'last_t') or '0'
+  if tonumber(first_time) < tonumber(last_raw) then
+    return {'backwards', last_raw, first_time}
+  end
+  if redis.call('HSETNX', meta, 'epoch', epoch_candidate) == 1 then
+    redis.call('HSET', meta, 'created', now_us)
+  end
+  -- The first list covers the topic from its start, not from its first change: a Resource
+  -- List served before any change (at = creation or seed time) must be continued by it.
+  if redis.call('HEXISTS', meta, 'open_from') == 0 then
+    local from = first_time
+    for _, field in ipairs({'created', 'state_at'}) do
+      local t = redis.call('HGET', meta, field)
+      if t and tonumber(t) < tonumber(from) then from = t end
+    end
+    redis.call('HSET', meta, 'open_from', from)
+  end
+  redis.call('HSETNX', meta, 'open_since', now_us)
+  local last_time
+  for n, item in ipairs(fresh) do
+    local r = item.r
+    local id = redis.call('XADD', stream, '*', 't', r.time_us, 'loc', r.loc,
+                          'ch', r.change, 'x', r.entry_xml, 'j', r.entry_json)
+    if n == 1 then first_id = id end
+    last_id = id
+    last_time = r.time_us
+    if r.change == 'deleted' then
+      redis.call('HDEL', state, r.loc)
+    else
+      redis.call('HSET', state, r.loc, r.state_xml)
+    end
+  end
+  for first = 1, #fresh, CHUNK do
+    local fields = {}
+    for n = first, math.min(first + CHUNK - 1, #fresh) do
+      fields[#fields + 1] = fresh[n].r.loc
+      fields[#fields + 1] = fresh[n].mark
+    end
+    redis.call('HSET', latest, unpack(fields))
+  end
+  redis.call('HSET', meta, 'last_t', last_time)
+  redis.call('HINCRBY', meta, 'open_count', #fresh)
+  redis.call('HINCRBY', meta, 'version', 1)
+  redis.call('HSET', meta, 'modified', server_now())
+end
+epoch = redis.call('HGET', meta, 'epoch') or cjson.null
+local receipt = cjson.encode({accepted = #fresh, duplicates = duplicates, first = first_id,
+                              last = last_id, epoch = epoch, body_sha256 = body_sha256})
 if has_idem then redis.call('SET', idem, receipt, 'EX', idem_ttl) end
 return {'ok', receipt}

@@ -8,11 +8,17 @@ local idem_ttl = tonumber(ARGV[2])     -- seconds the receipt is remembered
 local epoch_candidate = ARGV[3]        -- the topic's epoch, if this seed creates it
 local now_us = ARGV[4]                 -- hub clock, microseconds since the epoch
 local at_us = ARGV[5]                  -- the Resource List's at
-local FIRST_PAIR = 6                   -- then pairs: loc, entry XML
+local body_sha256 = ARGV[6]            -- SHA-256 of the request body, kept with the receipt
+local FIRST_PAIR = 7                   -- then pairs: loc, entry XML
 
 if has_idem then
   local seen = redis.call('GET', idem)
-  if seen then return {'dup', seen} end
+  if seen then
+    -- A key names one request: the same key with another body is not a retry.
+    local stored = cjson.decode(seen).body_sha256
+    if stored and stored ~= body_sha256 then return {'reused'} end
+    return {'dup', seen}
+  end
 end
 local last_raw = redis.call('HGET', meta, 'last_t') or '0'
 if tonumber(at_us) < tonumber(last_raw) then return {'backwards', last_raw} end
@@ -30,6 +36,7 @@ redis.call('HSETNX', meta, 'open_from', at_us)
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('HSET', meta, 'modified', server_now())
 local epoch = redis.call('HGET', meta, 'epoch')
-local receipt = cjson.encode({seeded = count, at = at_us, epoch = epoch})
+local receipt = cjson.encode({seeded = count, at = at_us, epoch = epoch,
+                              body_sha256 = body_sha256})
 if has_idem then redis.call('SET', idem, receipt, 'EX', idem_ttl) end
 return {'ok', receipt}
