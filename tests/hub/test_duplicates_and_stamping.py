@@ -16,8 +16,8 @@ from redis.asyncio import Redis
 from rspush.hub.service import restamp_time
 from rspush.resourcesync import parse_document
 from rspush.resourcesync.w3cdt import format_w3c_datetime, to_us
-from tests.hub.conftest import TOKEN_A, Times, auth, change_fragment
-from tests.hub.edge_support import MIRROR_1, PRIVATE, PUBLIC, TOKEN_C, edge_hub, stamped
+from tests.support.edge import MIRROR_1, PRIVATE, PUBLIC, TOKEN_C, edge_hub, stamped
+from tests.support.fragments import TOKEN_A, Times, auth, change_fragment
 
 CHANGES = f"/topics/{PUBLIC}/changes"
 

@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 
 from rspush.hub.publish import MAX_RETRY_WAIT_S, backoff_s, derived_key
 from rspush.resourcesync import parse_document
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import TOKEN_A, Times, auth, change_fragment
-from tests.hub.edge_support import PRIVATE, PUBLIC, TOKEN_C, LossyProxy, edge_hub, stamped
+from tests.support.edge import PRIVATE, PUBLIC, TOKEN_C, LossyProxy, edge_hub, stamped
+from tests.support.fragments import TOKEN_A, Times, auth, change_fragment
+from tests.support.waiting import TIMEOUT_SCALE
 
 RS_PUBLISH = Path(sys.executable).parent / "rs-publish"
 

@@ -13,8 +13,7 @@ import pytest
 
 from rspush.hub.embedded import EmbeddedRedis
 from rspush.hub.server import bind, running_hub
-from tests.hub.conftest import TOKEN_A, Times, auth, change_fragment
-from tests.hub.edge_support import (
+from tests.support.edge import (
     METRICS_TOKEN,
     MIRROR_1,
     PUBLIC,
@@ -23,6 +22,7 @@ from tests.hub.edge_support import (
     edge_hub,
     edge_settings,
 )
+from tests.support.fragments import TOKEN_A, Times, auth, change_fragment
 
 INTERNALS = ("redis", "valkey", ".sock", "unix:", "errno", "traceback", "connection")
 

@@ -11,8 +11,7 @@ import pytest
 from rspush.hub.auth import authorise_read, readable_private_topics
 from rspush.hub.errors import Forbidden, Unauthenticated
 from rspush.resourcesync import parse_document
-from tests.hub.conftest import TOKEN_A, auth, change_fragment
-from tests.hub.edge_support import (
+from tests.support.edge import (
     MIRROR_1,
     MIRROR_2,
     PRIVATE,
@@ -23,6 +22,7 @@ from tests.hub.edge_support import (
     edge_hub,
     edge_settings,
 )
+from tests.support.fragments import TOKEN_A, auth, change_fragment
 
 ROUTES = app_routes()
 NOT_OF_A_TOPIC = {"/.well-known/resourcesync", "/hub", "/healthz", "/readyz", "/metrics"}

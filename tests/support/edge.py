@@ -18,7 +18,7 @@ from starlette.routing import Route
 from rspush.hub.app import Hub, build_app
 from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Settings, Source, Subscriber, Topic
-from tests.hub.conftest import make_settings
+from tests.support.hubs import make_settings
 
 TOKEN_C = "token-of-source-c"
 """A second Source of dataset1."""
