@@ -14,7 +14,7 @@ each state and reports what happened as an :class:`Event`::
         (the Change Lists do not reach back far enough; a catch-up with no watermark)
     BASELINE ──baseline needed──> BASELINE
         (the Source was unavailable part-way: the baseline starts again after a delay)
-    BASELINE ──stop──> BASELINE_STOPPING   (everything in flight finishes)
+    BASELINE ──stop──> BASELINE_STOPPING   (what is queued may finish, within the stop grace)
     any other ──stop──> STOPPING           (changes not yet started are dropped)
     STOPPING, BASELINE_STOPPING: every event leaves them as they are
 
