@@ -4,6 +4,11 @@ must, the archives when it was away too long, a new baseline when nothing else c
 It drives the pure state machine of :mod:`rspush.subscriber.states`: it does the I/O of each state
 and reports what happened as an event. Its parts are built by :mod:`rspush.subscriber.wiring`.
 
+Every network failure — discovery, the push handshake, frames, documents — is waited out
+with backoff (and polling, where there is a push channel to come back to); only a
+configuration error ends :meth:`Agent.run`. A stop request is honoured within
+``stop_grace`` (1 s): downloads still running then are cancelled, the checkpoint committed.
+
 Resuming after poll or catch-up is by time (``since``, inclusive): changes already applied
 come again and are skipped (:mod:`rspush.subscriber.decide`), so nothing is missed and nothing is
 applied twice.
@@ -40,7 +45,9 @@ from .push import (
     RefusedError,
     push_changes,
 )
+from .push_failures import guarded
 from .states import Event, Machine, State, holds_watermark, retries_failures
+from .stopping import sleep_unless_stopped
 from .watermark import Watermark
 from .wiring import AgentParts, agent_parts
 
@@ -69,6 +76,7 @@ class Agent:
         self.machine = Machine()
         self._stopped = asyncio.Event()  # set by stop(): wakes a poll interval, a push session
         self._parts: AgentParts | None = None
+        self._main: asyncio.Task[None] | None = None
         self.rebaselines = 0
 
     @property
@@ -91,11 +99,22 @@ class Agent:
     def stop(self) -> None:
         """Finish the files being written, commit the checkpoint, return from :meth:`run`.
         Changes queued but not started are left for the next run (the watermark stays
-        before them) — except during a baseline: everything in flight finishes (an
-        interrupted baseline starts over anyway, without fetching again what it has)."""
+        before them) — except during a baseline, where what is queued may still finish (an
+        interrupted baseline starts over anyway, without fetching again what it has). After
+        ``stop_grace`` seconds whatever still runs is cut short: downloads are cancelled
+        (their temp files deleted), the queue dropped, the checkpoint committed."""
         self._stopped.set()
         if self._fire(Event.STOP) is State.STOPPING and self.mirror is not None:
             self.mirror.abandon()
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing runs to cut
+            asyncio.get_running_loop().call_later(self.config.stop_grace, self._cut_short)
+
+    def _cut_short(self) -> None:
+        if self.mirror is not None:
+            self.mirror.cancel_transfers()
+        if self._main is not None and not self._main.done():
+            log.info("stopping: cancelling what is still in flight")
+            self._main.cancel()
 
     def _fire(self, event: Event, *, at: datetime | None = None) -> State:
         log.debug("%s in %s", event, self.machine.state)
@@ -112,20 +131,51 @@ class Agent:
             events=self._events,
             on_outcome=self._on_outcome,
             watermark_held=lambda: holds_watermark(self.machine.state),
+            stopped=self._stopped,
         ) as parts:
+            if parts is None:
+                return  # stopped while waiting for the Source to be reachable
             self._parts = parts
+            main = self._main = asyncio.create_task(self._sync(baseline_only), name="rs-sync")
             try:
-                state = parts.mirror.checkpoint.state()
-                if state is None or state.baseline_at is None:
-                    await self.baseline(rebaseline=False)
-                elif baseline_only:
-                    await self.baseline(rebaseline=True)
-                if not baseline_only and not self.stopping:
-                    await self._follow()
+                await asyncio.wait([main])
             finally:
+                if not main.done():  # run() itself is cancelled
+                    main.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await main
                 # Whatever ended the run (stop, error, cancellation): let the changes in
-                # flight finish and commit the checkpoint.
+                # flight finish — or be cut short, stop_grace after a stop — and commit
+                # the checkpoint.
                 await asyncio.shield(parts.mirror.drain())
+            if not main.cancelled():  # cancelled: cut short by stop()
+                main.result()
+
+    async def _sync(self, baseline_only: bool) -> None:
+        mirror = self._need().mirror
+        state = mirror.checkpoint.state()
+        if state is None or state.baseline_at is None:
+            await self._baseline_patiently(rebaseline=False)
+        elif baseline_only:
+            await self._baseline_patiently(rebaseline=True)
+        if not baseline_only and not self.stopping:
+            await self._follow()
+
+    async def _baseline_patiently(self, *, rebaseline: bool) -> None:
+        """:meth:`baseline`, started again after a backoff delay while the Source's
+        documents are unavailable (a transient :class:`SourceError`); a Source that is
+        wrong as served ends the run."""
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_max)
+        while not self.stopping:
+            try:
+                await self.baseline(rebaseline=rebaseline)
+                return
+            except SourceError as exc:
+                if not exc.transient:
+                    raise
+                delay = backoff.next()
+                log.warning("baseline: %s; starting again in %.1f s", exc, delay)
+            await sleep_unless_stopped(self._stopped, delay)
 
     # --- baseline --------------------------------------------------------------------------
 
@@ -260,25 +310,32 @@ class Agent:
                 await self._poll_for(delay)
 
     async def _push_session(self, url: str, request: TopicRequest, backoff: Backoff) -> None:
-        mirror = self._need().mirror
-        async for item in push_changes(url, [request], token=self.config.token):
-            if isinstance(item, Change):
-                try:
-                    change = from_push(item.data, epoch=item.epoch)
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise MalformedFrameError(f"unreadable pushed change: {exc}") from exc
-                await mirror.submit(change)
-            elif item.get("type") == "subscribed":
-                backoff.reset()
-                self._fire(Event.SUBSCRIBED)
-                mirror.note_epoch(item.get("epoch"))
-                log.info(
-                    "push: subscribed to %s (epoch %s, after %s)",
-                    item.get("topic"),
-                    item.get("epoch"),
-                    item.get("position"),
-                )
+        # Every way the channel fails (a 502 to the upgrade, a connection closed before
+        # the 101, a reset) becomes a PushError: reconnect with backoff, poll meanwhile.
+        stream = guarded(push_changes(url, [request], token=self.config.token), url)
+        async with contextlib.aclosing(stream) as items:
+            async for item in items:
+                await self._pushed(item, backoff)
         raise PushError("push channel closed")
+
+    async def _pushed(self, item: Change | dict[str, Any], backoff: Backoff) -> None:
+        mirror = self._need().mirror
+        if isinstance(item, Change):
+            try:
+                change = from_push(item.data, epoch=item.epoch)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise MalformedFrameError(f"unreadable pushed change: {exc}") from exc
+            await mirror.submit(change)
+        elif item.get("type") == "subscribed":
+            backoff.reset()
+            self._fire(Event.SUBSCRIBED)
+            mirror.note_epoch(item.get("epoch"))
+            log.info(
+                "push: subscribed to %s (epoch %s, after %s)",
+                item.get("topic"),
+                item.get("epoch"),
+                item.get("position"),
+            )
 
     async def _catch_up(self) -> None:
         parts = self._need()
@@ -329,16 +386,19 @@ class Agent:
         while not self.stopping:
             self._fire(Event.POLLING)
             try:
-                async for change in parts.lists.poll(mirror.watermark.last_time):
-                    if self.stopping:
-                        break
-                    await mirror.submit(change)
-                await mirror.drain()
-                self._fire(Event.POLLED)
-            except ArchiveTooShortError as exc:
-                await mirror.drain()
-                await self._archive_too_short(exc)
+                try:
+                    async for change in parts.lists.poll(mirror.watermark.last_time):
+                        if self.stopping:
+                            break
+                        await mirror.submit(change)
+                    await mirror.drain()
+                    self._fire(Event.POLLED)
+                except ArchiveTooShortError as exc:
+                    await mirror.drain()
+                    await self._archive_too_short(exc)
             except SourceError as exc:
+                # The lists, or the rebaseline they called for, are unavailable: the next
+                # round tries again.
                 log.warning("poll: %s", exc)
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -348,8 +408,7 @@ class Agent:
                 if remaining is None
                 else min(self.config.poll_interval, remaining)
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), wait)
+            await sleep_unless_stopped(self._stopped, wait)
 
     async def _until_stopped(self, session: Coroutine[Any, Any, None]) -> None:
         """Run ``session`` until it ends or :meth:`stop` is called (then cancel it)."""

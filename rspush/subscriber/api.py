@@ -9,7 +9,8 @@ The applier is anything with ``async apply(change, relative_path, content_file)`
 (:class:`rspush.subscriber.appliers.Applier`): the file system by default, a search index, a
 queue… It gets each change after filtering, ordering and verification; the iterator yields
 it once the applier returned and the checkpoint is committed. Leaving the ``async with``
-block stops the agent cleanly (changes in flight finish, the checkpoint is committed).
+block stops the agent cleanly (changes in flight get a second to finish, the checkpoint is
+committed).
 """
 
 from __future__ import annotations

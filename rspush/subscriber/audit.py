@@ -105,7 +105,8 @@ async def audit(
                 f"{endpoints.capability_list} offers no Resource List to audit against"
             )
         mapping = uri_map(config, endpoints)
-        source = await open_resource_list(DocumentReader(client), endpoints.resource_list)
+        reader = DocumentReader(client, limits=config.document_limits)
+        source = await open_resource_list(reader, endpoints.resource_list)
         listed: dict[PurePosixPath, ResourceChange] = {}
         phase = reporter.phase("audit", source.total)
         try:
@@ -135,7 +136,8 @@ async def audit(
         report.extra = sorted(str(p) for p in local if p not in listed)
         if repair and not report.in_sync:
             with open_state(config, endpoints) as checkpoint:
-                await _repair(config, fetcher(config, client), checkpoint, mapping, listed, report)
+                fetch = fetcher(config, client, mapping)
+                await _repair(config, fetch, checkpoint, mapping, listed, report)
     return report
 
 

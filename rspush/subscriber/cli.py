@@ -50,17 +50,21 @@ from .cli_options import (
     Include,
     JsonLogs,
     Maps,
+    MinRate,
     Profile,
     SourceUrl,
     StateFile,
     Token,
     Topic,
+    TransferGrace,
     build_config,
 )
+from .deadlines import DEFAULT_GRACE, DEFAULT_MIN_RATE
 from .discovery import discover
 from .errors import DiscoveryError, StateLockedError, SubscriberError
 from .logs import EventWriter, setup_logging
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
+from .push_failures import guarded
 
 app = typer.Typer(
     add_completion=False,
@@ -148,6 +152,8 @@ def run(
             help="Baseline from the Resource List even if the Source offers a Resource Dump.",
         ),
     ] = False,
+    min_rate: MinRate = DEFAULT_MIN_RATE,
+    transfer_grace: TransferGrace = DEFAULT_GRACE,
     json_logs: JsonLogs = False,
     debug: Debug = False,
 ) -> None:
@@ -173,6 +179,8 @@ def run(
         keep_deleted=keep_deleted,
         poll_interval=poll_interval,
         use_dump=not no_dump,
+        min_rate=min_rate,
+        transfer_grace=transfer_grace,
     )
     raise typer.Exit(_agent(config, events, exec_cmd, json_logs, debug, baseline_only=False))
 
@@ -195,6 +203,8 @@ def baseline(
     concurrency: Concurrency = 8,
     token: Token = None,
     no_dump: Annotated[bool, typer.Option("--no-dump", help="Use the Resource List.")] = False,
+    min_rate: MinRate = DEFAULT_MIN_RATE,
+    transfer_grace: TransferGrace = DEFAULT_GRACE,
     json_logs: JsonLogs = False,
     debug: Debug = False,
 ) -> None:
@@ -216,6 +226,8 @@ def baseline(
         token,
         concurrency,
         use_dump=not no_dump,
+        min_rate=min_rate,
+        transfer_grace=transfer_grace,
     )
     raise typer.Exit(_agent(config, events, None, json_logs, debug, baseline_only=True))
 
@@ -446,7 +458,8 @@ async def _watch(
     except ValueError as exc:  # --since/--epoch the hub's protocol cannot carry
         return _fail(str(exc), EXIT_USAGE, debug=False)
     try:
-        async for item in push_changes(endpoints.push_url, [request], fmt=fmt, token=token):
+        url = endpoints.push_url
+        async for item in guarded(push_changes(url, [request], fmt=fmt, token=token), url):
             if isinstance(item, Change):
                 sys.stdout.write(json.dumps(item.as_json(), separators=(",", ":")) + "\n")
                 sys.stdout.flush()

@@ -80,6 +80,25 @@ Token = Annotated[
     str | None,
     typer.Option(metavar="TOKEN", help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN)."),
 ]
+MinRate = Annotated[
+    float,
+    typer.Option(
+        "--min-rate",
+        min=1,
+        metavar="BYTES/S",
+        help="A download (or Source document) averaging less than this after "
+        "--transfer-grace fails as timed out (retried later).",
+    ),
+]
+TransferGrace = Annotated[
+    float,
+    typer.Option(
+        "--transfer-grace",
+        min=0.1,
+        metavar="S",
+        help="Seconds a download may take before --min-rate applies.",
+    ),
+]
 Concurrency = Annotated[
     int, typer.Option(min=1, max=256, help="Resources fetched at once (per-URI order is kept).")
 ]

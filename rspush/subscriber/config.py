@@ -7,12 +7,17 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .deadlines import DEFAULT_DOCUMENT_TOTAL, DEFAULT_GRACE, DEFAULT_MIN_RATE, TransferLimits
 from .fetch import DEFAULT_MAX_BYTES, DEFAULT_TRIES
 from .filters import ChangeFilter
 from .mapping import STATE_DIR
 from .mirror import DEFAULT_CONCURRENCY
 
 USER_AGENT = "rs-subscribe/0.1 (rspush)"
+
+DEFAULT_STOP_GRACE = 1.0
+"""Seconds the transfers in flight get to finish after a stop request before they are
+cancelled (their temp files deleted; the changes come again next run)."""
 
 
 @dataclass
@@ -41,6 +46,14 @@ class AgentConfig:
     max_tries: int = 10
     """How often a failed change is retried before only a newer change (or audit --repair)
     can settle it."""
+    transfer_grace: float = DEFAULT_GRACE
+    """Seconds a resource or document transfer may take before ``min_rate`` applies
+    (:mod:`rspush.subscriber.deadlines`)."""
+    min_rate: float = DEFAULT_MIN_RATE
+    """Bytes per second a transfer must average after the grace, or it fails (timed out)."""
+    document_timeout: float = DEFAULT_DOCUMENT_TOTAL
+    """Seconds one Source document may take at most, whatever its rate."""
+    stop_grace: float = DEFAULT_STOP_GRACE
 
     @property
     def state_path(self) -> Path:
@@ -53,3 +66,15 @@ class AgentConfig:
         destination, each clearing only its own leftovers."""
         key = hashlib.sha256(str(self.state_path.resolve()).encode()).hexdigest()[:12]
         return self.dest / STATE_DIR / "tmp" / key
+
+    @property
+    def transfer_limits(self) -> TransferLimits:
+        """The deadline of one resource transfer."""
+        return TransferLimits(grace=self.transfer_grace, min_rate=self.min_rate)
+
+    @property
+    def document_limits(self) -> TransferLimits:
+        """The deadline of one Source document."""
+        return TransferLimits(
+            grace=self.transfer_grace, min_rate=self.min_rate, total=self.document_timeout
+        )

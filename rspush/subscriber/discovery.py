@@ -25,7 +25,10 @@ hostile Source cannot make discovery loop or read without end. All XML goes thro
 :func:`rspush.resourcesync.parse_document`; HTML is read with lxml.html, network off, capped.
 
 Errors: everything raised is a :class:`~rspush.subscriber.errors.DiscoveryError` (``url`` names the
-document the problem is about, when there is one).
+document the problem is about, when there is one). It is *transient* when the Source could
+not be reached, answered 5xx (or 408, 429) or missed a document's deadline
+(:mod:`rspush.subscriber.deadlines`): the agent tries again later. A 4xx on every candidate, or
+documents that are not ResourceSync, are a configuration error.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import httpx
 from rspush.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
+from .deadlines import DOCUMENT_LIMITS, RateDeadline, TransferLimits
 from .errors import DiscoveryError
 from .links import (
     RESOURCESYNC_REL,
@@ -51,6 +55,7 @@ from .links import (
     topic_name,
     unique,
 )
+from .reader import transient_status
 
 # Bounds on what discovery reads and follows, so a hostile Source cannot make it read
 # without end; discover() takes the first two as arguments.
@@ -142,13 +147,15 @@ class _Walk:
     client: httpx.AsyncClient
     max_bytes: int
     max_hops: int
+    limits: TransferLimits = DOCUMENT_LIMITS
     tried: list[str] = field(default_factory=list)
     documents: dict[str, _Found] = field(default_factory=dict)
 
     async def get(self, url: str) -> _Reply:
         """GET ``url``, reading at most ``max_bytes`` of its body (none of an error's)."""
+        deadline = RateDeadline(self.limits)
         try:
-            async with self.client.stream("GET", url, headers=_ACCEPT) as response:
+            async with deadline, self.client.stream("GET", url, headers=_ACCEPT) as response:
                 body = bytearray()
                 if response.status_code < 400:
                     declared = response.headers.get("content-length", "")
@@ -156,10 +163,15 @@ class _Walk:
                         raise self.too_large(url, f"{int(declared)} bytes")
                     async for chunk in response.aiter_bytes():
                         body += chunk
+                        deadline.received(len(chunk))
                         if len(body) > self.max_bytes:
                             raise self.too_large(url, f"more than {len(body)} bytes")
+        except TimeoutError as exc:
+            raise DiscoveryError(f"GET {url}: {deadline.reason}", url=url, transient=True) from exc
         except httpx.HTTPError as exc:
-            raise DiscoveryError(f"GET {url}: {str(exc) or type(exc).__name__}", url=url) from exc
+            raise DiscoveryError(
+                f"GET {url}: {str(exc) or type(exc).__name__}", url=url, transient=True
+            ) from exc
         return _Reply(url, str(response.url), response.status_code, response.headers, bytes(body))
 
     def too_large(self, url: str, size: str) -> DiscoveryError:
@@ -239,7 +251,11 @@ class _Walk:
             self.tried.append(f"{reply.url} (HTTP {reply.status})")
             return False
         hint = " (a redirect: the client must follow redirects)" if reply.status < 400 else ""
-        raise DiscoveryError(f"GET {reply.url}: HTTP {reply.status}{hint}", url=reply.url)
+        raise DiscoveryError(
+            f"GET {reply.url}: HTTP {reply.status}{hint}",
+            url=reply.url,
+            transient=transient_status(reply.status),
+        )
 
     async def climb(self, url: str, trail: list[str]) -> _Found:
         """Follow ``up`` links (§6.2) from ``url`` to a Capability List or Source Description;
@@ -277,7 +293,11 @@ class _Walk:
         via = "" if referrer is None else f" (linked from {referrer})"
         reply = await self.get(url)
         if not 200 <= reply.status < 300:
-            raise DiscoveryError(f"GET {url}{via}: HTTP {reply.status}", url=url)
+            raise DiscoveryError(
+                f"GET {url}{via}: HTTP {reply.status}",
+                url=url,
+                transient=transient_status(reply.status),
+            )
         try:
             document = parse_document(reply.content, max_bytes=self.max_bytes)
         except DocumentError as exc:

@@ -8,7 +8,9 @@ Tree::
     │                           not retryable: the path stays refused
     ├── FetchError              a resource could not be fetched (HTTP status, network)
     │   ├── VerificationError   fetched bytes differ from the announced length/hash
-    │   └── SupersededError     …but a newer change of the resource has arrived meanwhile
+    │   ├── SupersededError     …but a newer change of the resource has arrived meanwhile
+    │   └── RedirectRefusedError  it redirects where the agent may not follow; not
+    │                           retryable (subscriber.redirects)
     ├── ApplyError              an applier could not apply a change (subscriber.appliers)
     ├── StateLockedError        another agent holds the state file
     ├── SourceError             a Source document is unusable (bad XML, missing list)
@@ -22,8 +24,11 @@ Tree::
 
 Each error says whether a change that failed with it is worth another try later
 (:attr:`SubscriberError.retryable`); the agent records that with the failure instead of
-reading it from the message. The command line maps the tree to exit codes in one table
-(:mod:`rspush.subscriber.cli`).
+reading it from the message. :class:`DiscoveryError` and :class:`SourceError` say whether the
+*Source* may answer in a moment (``transient``: it could not be reached, a 5xx, a deadline)
+or is misconfigured (a 404, a document that is not ResourceSync): the agent waits and tries
+again on the first, and ends only on the second. The command line maps the tree to exit
+codes in one table (:mod:`rspush.subscriber.cli`).
 """
 
 from __future__ import annotations
@@ -41,11 +46,14 @@ class SubscriberError(Exception):
 
 class DiscoveryError(SubscriberError):
     """The Source could not be discovered; the message says what was missing or tried.
-    ``url`` names the document the problem is about, when there is one."""
+    ``url`` names the document the problem is about, when there is one; ``transient``: the
+    Source could not be reached or answered 5xx (try again later), else it is a
+    configuration error."""
 
-    def __init__(self, message: str, *, url: str | None = None) -> None:
+    def __init__(self, message: str, *, url: str | None = None, transient: bool = False) -> None:
         super().__init__(message)
         self.url = url
+        self.transient = transient
 
 
 class UnmappedURIError(SubscriberError):
@@ -86,4 +94,19 @@ class StateLockedError(SubscriberError):
 
 
 class SourceError(SubscriberError):
-    pass
+    """A Source document is unusable. ``transient``: it could not be fetched now (network,
+    5xx, a deadline) and may well be there in a moment; else it is wrong as served."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class RedirectRefusedError(FetchError):
+    """A resource redirects to a URI the agent would not fetch itself (unmapped, excluded,
+    or an internal address): the change fails for good, and nothing is written."""
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(uri, reason, transient=False)

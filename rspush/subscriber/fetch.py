@@ -4,16 +4,21 @@ Bytes are hashed while they stream to disk, with every algorithm the change name
 is handed on only when its length and every computable hash match (hex or base64 digests
 alike). A mismatch is retried — the Source may have been caught mid-update — and then
 reported; a mismatching file is deleted, never renamed into the mirror.
+
+Every transfer has a deadline (:mod:`rspush.subscriber.deadlines`): a server that trickles is
+cut off, the change fails with a timeout reason (retried later, not at once). Redirects are
+followed here, hop by hop, only where :mod:`rspush.subscriber.redirects` allows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import random
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +27,9 @@ import httpx
 from rspush.resourcesync.hashes import DigestEncoding
 
 from .changes import ResourceChange
-from .errors import FetchError, SupersededError, VerificationError
+from .deadlines import RateDeadline, TransferLimits
+from .errors import FetchError, RedirectRefusedError, SupersededError, VerificationError
+from .redirects import MAX_REDIRECTS, RedirectPolicy
 
 DEFAULT_TRIES = 3
 DEFAULT_MAX_BYTES = 1 << 30
@@ -75,12 +82,18 @@ class Fetcher:
         tries: int = DEFAULT_TRIES,
         max_bytes: int = DEFAULT_MAX_BYTES,
         retry_delay: float = 0.5,
+        limits: TransferLimits | None = None,
+        redirects: RedirectPolicy | None = None,
     ) -> None:
+        """``redirects``: which redirects to follow; None follows none (a redirect fails the
+        change)."""
         self.client = client
         self.temp_dir = temp_dir
         self.tries = tries
         self.max_bytes = max_bytes
         self.retry_delay = retry_delay
+        self.limits = limits or TransferLimits()
+        self.redirects = redirects
         temp_dir.mkdir(parents=True, exist_ok=True)
 
     async def fetch(
@@ -109,9 +122,10 @@ class Fetcher:
         ok = False
         try:
             length = 0
+            deadline = RateDeadline(self.limits)
             with os.fdopen(fd, "wb") as out:
                 try:
-                    async with self.client.stream("GET", change.uri) as reply:
+                    async with deadline, self._follow(change.uri) as reply:
                         if reply.status_code != 200:
                             raise FetchError(
                                 change.uri,
@@ -120,6 +134,7 @@ class Fetcher:
                             )
                         async for chunk in reply.aiter_bytes():
                             length += len(chunk)
+                            deadline.received(len(chunk))
                             if length > self.max_bytes:
                                 raise FetchError(
                                     change.uri,
@@ -129,6 +144,10 @@ class Fetcher:
                             for hasher in hashers.values():
                                 hasher.update(chunk)
                             out.write(chunk)
+                except TimeoutError as exc:
+                    # Not tried again at once: a server this slow would only hold the
+                    # change (and a shutdown) as long again. The periodic retries get it.
+                    raise FetchError(change.uri, deadline.reason, transient=False) from exc
                 except httpx.HTTPError as exc:
                     raise FetchError(change.uri, f"{type(exc).__name__}: {exc}") from exc
             digests = {n: h.digest() for n, h in hashers.items()}
@@ -140,3 +159,23 @@ class Fetcher:
         finally:
             if not ok:
                 path.unlink(missing_ok=True)
+
+    @contextlib.asynccontextmanager
+    async def _follow(self, uri: str) -> AsyncIterator[httpx.Response]:
+        """The streamed response at the end of ``uri``'s redirects, each hop allowed by the
+        policy first (:mod:`rspush.subscriber.redirects`)."""
+        url = uri
+        for _ in range(MAX_REDIRECTS + 1):
+            async with self.client.stream("GET", url, follow_redirects=False) as reply:
+                following = reply.next_request if reply.has_redirect_location else None
+                if following is None:
+                    yield reply
+                    return
+            target = str(following.url)
+            if self.redirects is None:
+                raise RedirectRefusedError(
+                    uri, f"redirects to {target}; redirects are not followed"
+                )
+            await self.redirects.check(uri, target)
+            url = target
+        raise FetchError(uri, f"more than {MAX_REDIRECTS} redirects", transient=False)

@@ -59,10 +59,7 @@ class ChangeFilter:
         ``--describedby``: a ``describedby`` link whose href starts with that URI (resources
         that have a metadata record there); ``--profile``: a metadata record in that format.
         """
-        uri = change.uri
-        if self.include and not any(p.search(uri) for p in self.include):
-            return False
-        if any(p.search(uri) for p in self.exclude):
+        if not self.wants_uri(change.uri):
             return False
         links = change.links
         if self.collection is not None and not any(
@@ -77,3 +74,10 @@ class ChangeFilter:
             (ln.rel == "profile" and ln.href == self.profile) or ln.profile == self.profile
             for ln in links
         )
+
+    def wants_uri(self, uri: str) -> bool:
+        """``--include`` and ``--exclude`` alone: what a URI says, without the change's links
+        (also asked of a redirect's target)."""
+        if self.include and not any(p.search(uri) for p in self.include):
+            return False
+        return not any(p.search(uri) for p in self.exclude)

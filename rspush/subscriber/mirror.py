@@ -104,6 +104,8 @@ class Mirror:
         self._live = 0
         """Tasks submitted and not yet ended: idle at zero."""
         self._abandoning = False
+        self._transfers: set[asyncio.Future[Fetched]] = set()
+        """Downloads running now (:meth:`cancel_transfers` cuts them short)."""
 
     @property
     def watermark(self) -> Watermark:
@@ -173,6 +175,14 @@ class Mirror:
         again; only the files being written now are finished."""
         self._abandoning = True
 
+    def cancel_transfers(self) -> None:
+        """Stopping, and the grace is over: cancel the downloads still running (their temp
+        files are deleted) and drop whatever is queued. Those changes never finish, so the
+        watermark stays before them and the next run gets them again."""
+        self._abandoning = True
+        for transfer in list(self._transfers):
+            transfer.cancel()
+
     def flush(self) -> None:
         if self._dirty and not self._held():
             self.checkpoint.set_watermark(self.watermark, now=self.clock())
@@ -215,7 +225,13 @@ class Mirror:
                         content.path.unlink(missing_ok=True)
                     state, failed = None, None
                 else:
-                    state, failed = await self._apply(change, content, superseded)
+                    try:
+                        state, failed = await self._apply(change, content, superseded)
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling():
+                            raise  # this task itself is cancelled, not just its download
+                        return  # the download was cut short by stopping: never finished
                 self._finish(seq, change, state, failed)
         finally:
             if self._lanes.get(change.uri) is asyncio.current_task():
@@ -302,7 +318,14 @@ class Mirror:
 
     async def _fetch(self, change: ResourceChange, superseded: Callable[[], bool]) -> Fetched:
         assert self.fetcher is not None
-        return await self.fetcher.fetch(change, superseded)
+        # A task of its own, so that stopping can cancel the download alone (the rest of
+        # the change — apply, record — never runs half-way).
+        transfer = asyncio.ensure_future(self.fetcher.fetch(change, superseded))
+        self._transfers.add(transfer)
+        try:
+            return await transfer
+        finally:
+            self._transfers.discard(transfer)
 
     @staticmethod
     def _state(

@@ -1,5 +1,8 @@
 """Reading a Source's documents over HTTP: size-capped, parsed by the one hardened parser,
-and conditional (ETag / Last-Modified) for the lists the agent polls."""
+and conditional (ETag / Last-Modified) for the lists the agent polls. Each read has a deadline
+(:mod:`rspush.subscriber.deadlines`); a Source that cannot be reached, answers 5xx (or 408,
+429) or misses the deadline is a *transient* :class:`SourceError` — try again later — while
+a 4xx or a document that is not ResourceSync is not."""
 
 from __future__ import annotations
 
@@ -10,7 +13,16 @@ import httpx
 from rspush.resourcesync import Document, DocumentError, parse_document
 from rspush.resourcesync.namespaces import MAX_DOCUMENT_BYTES
 
+from .deadlines import DOCUMENT_LIMITS, RateDeadline, TransferLimits
 from .errors import SourceError
+
+_TRANSIENT_STATUS = frozenset({408, 425, 429})
+
+
+def transient_status(status: int) -> bool:
+    """An HTTP status worth asking again for in a moment (a Source's outage, not its
+    configuration)."""
+    return status >= 500 or status in _TRANSIENT_STATUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +32,16 @@ class _Validators:
 
 
 class DocumentReader:
-    def __init__(self, client: httpx.AsyncClient, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        max_bytes: int = MAX_DOCUMENT_BYTES,
+        limits: TransferLimits = DOCUMENT_LIMITS,
+    ) -> None:
         self.client = client
         self.max_bytes = max_bytes
+        self.limits = limits
         self._validators: dict[str, _Validators] = {}
         self.requests = 0
         self.not_modified = 0
@@ -38,20 +57,27 @@ class DocumentReader:
             if known.last_modified:
                 headers["If-Modified-Since"] = known.last_modified
         self.requests += 1
+        deadline = RateDeadline(self.limits)
         try:
-            async with self.client.stream("GET", url, headers=headers) as reply:
+            async with deadline, self.client.stream("GET", url, headers=headers) as reply:
                 if reply.status_code == 304 and known is not None:
                     self.not_modified += 1
                     return None
                 if reply.status_code != 200:
-                    raise SourceError(f"GET {url}: HTTP {reply.status_code}")
+                    raise SourceError(
+                        f"GET {url}: HTTP {reply.status_code}",
+                        transient=transient_status(reply.status_code),
+                    )
                 body = bytearray()
                 async for chunk in reply.aiter_bytes():
                     body += chunk
+                    deadline.received(len(chunk))
                     if len(body) > self.max_bytes:
                         raise SourceError(f"GET {url}: larger than {self.max_bytes} bytes")
+        except TimeoutError as exc:
+            raise SourceError(f"GET {url}: {deadline.reason}", transient=True) from exc
         except httpx.HTTPError as exc:
-            raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+            raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}", transient=True) from exc
         try:
             document = parse_document(bytes(body))
         except DocumentError as exc:

@@ -12,7 +12,9 @@ each state and reports what happened as an :class:`Event`::
     CATCH_UP, CONNECTING ──caught up──> CONNECTING
     POLL, CATCH_UP ──baseline needed──> BASELINE
         (the Change Lists do not reach back far enough; a catch-up with no watermark)
-    BASELINE ──stop──> BASELINE_STOPPING   (everything in flight finishes)
+    BASELINE ──baseline needed──> BASELINE
+        (the Source was unavailable part-way: the baseline starts again after a delay)
+    BASELINE ──stop──> BASELINE_STOPPING   (what is queued may finish, within the stop grace)
     any other ──stop──> STOPPING           (changes not yet started are dropped)
     STOPPING, BASELINE_STOPPING: every event leaves them as they are
 
@@ -60,6 +62,7 @@ TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
     (State.STARTING, Event.BASELINE_NEEDED): State.BASELINE,
     (State.POLL, Event.BASELINE_NEEDED): State.BASELINE,
     (State.CATCH_UP, Event.BASELINE_NEEDED): State.BASELINE,
+    (State.BASELINE, Event.BASELINE_NEEDED): State.BASELINE,
     (State.BASELINE, Event.BASELINE_DONE): State.CONNECTING,
     (State.STARTING, Event.SUBSCRIBED): State.PUSH,
     (State.CONNECTING, Event.SUBSCRIBED): State.PUSH,

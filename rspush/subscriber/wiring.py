@@ -5,6 +5,8 @@ reader, the Change Lists and the mirror that applies changes."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -12,15 +14,21 @@ from dataclasses import dataclass
 import httpx
 
 from .appliers import Applier, FilesystemApplier, NullApplier
+from .backoff import Backoff
 from .changelists import ChangeLists
 from .changes import Outcome
 from .checkpoint import Checkpoint
 from .config import USER_AGENT, AgentConfig
 from .discovery import TopicEndpoints, discover
+from .errors import DiscoveryError
 from .fetch import Fetcher, clear_temp
 from .mapping import UriMap
 from .mirror import EventSink, Mirror
 from .reader import DocumentReader
+from .redirects import RedirectPolicy
+from .stopping import sleep_unless_stopped, unless_stopped
+
+log = logging.getLogger("rs_subscribe")
 
 
 @asynccontextmanager
@@ -34,6 +42,26 @@ async def http_client(config: AgentConfig) -> AsyncIterator[httpx.AsyncClient]:
 
 async def find_topic(client: httpx.AsyncClient, config: AgentConfig) -> TopicEndpoints:
     return await discover(client, config.source_url, config.topic)
+
+
+async def find_topic_patiently(
+    client: httpx.AsyncClient, config: AgentConfig, stopped: asyncio.Event
+) -> TopicEndpoints | None:
+    """:func:`find_topic`, tried again with backoff while the Source is unreachable or
+    answers 5xx (a transient :class:`DiscoveryError`) — an agent may start before its hub;
+    None when ``stopped`` is set first. A configuration error (a 404 everywhere, documents
+    that are not ResourceSync) is raised at once."""
+    backoff = Backoff(config.backoff_initial, config.backoff_max)
+    while not stopped.is_set():
+        try:
+            return await unless_stopped(find_topic(client, config), stopped)
+        except DiscoveryError as exc:
+            if not exc.transient:
+                raise
+            delay = backoff.next()
+            log.warning("discovery: %s; trying again in %.1f s", exc, delay)
+        await sleep_unless_stopped(stopped, delay)
+    return None
 
 
 def uri_map(config: AgentConfig, endpoints: TopicEndpoints) -> UriMap:
@@ -52,8 +80,15 @@ def open_state(config: AgentConfig, endpoints: TopicEndpoints) -> Iterator[Check
         yield checkpoint
 
 
-def fetcher(config: AgentConfig, client: httpx.AsyncClient) -> Fetcher:
-    return Fetcher(client, config.temp_dir, tries=config.tries, max_bytes=config.max_bytes)
+def fetcher(config: AgentConfig, client: httpx.AsyncClient, mapping: UriMap) -> Fetcher:
+    return Fetcher(
+        client,
+        config.temp_dir,
+        tries=config.tries,
+        max_bytes=config.max_bytes,
+        limits=config.transfer_limits,
+        redirects=RedirectPolicy(mapping, config.change_filter),
+    )
 
 
 def default_applier(config: AgentConfig) -> Applier:
@@ -79,17 +114,23 @@ async def agent_parts(
     events: EventSink | None,
     on_outcome: Callable[[Outcome], None] | None,
     watermark_held: Callable[[], bool],
-) -> AsyncIterator[AgentParts]:
+    stopped: asyncio.Event,
+) -> AsyncIterator[AgentParts | None]:
     """Everything an agent runs with, for as long as the block lasts (then the checkpoint is
-    closed and unlocked, and the HTTP client closed)."""
+    closed and unlocked, and the HTTP client closed); None when ``stopped`` was set before
+    the Source could be discovered."""
     async with http_client(config) as client:
-        endpoints = await find_topic(client, config)
+        endpoints = await find_topic_patiently(client, config, stopped)
+        if endpoints is None:
+            yield None
+            return
         with open_state(config, endpoints) as checkpoint:
-            fetch = fetcher(config, client)
-            reader = DocumentReader(client)
+            mapping = uri_map(config, endpoints)
+            fetch = fetcher(config, client, mapping)
+            reader = DocumentReader(client, limits=config.document_limits)
             mirror = Mirror(
                 checkpoint,
-                uri_map(config, endpoints),
+                mapping,
                 applier or default_applier(config),
                 fetch if config.fetch else None,
                 change_filter=config.change_filter,
