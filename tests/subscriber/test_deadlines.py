@@ -18,11 +18,10 @@ from rspush.subscriber.agent import Agent
 from rspush.subscriber.deadlines import TransferLimits
 from rspush.subscriber.errors import SourceError
 from rspush.subscriber.reader import DocumentReader
-from tests.conftest import TIMEOUT_SCALE
-from tests.subscriber.agent_helpers import mirror_files
-from tests.subscriber.raw_servers import RawServer, trickle
-from tests.subscriber.test_cli_agent import applied, running, status_of
-from tests.subscriber.test_review_regressions import (
+from tests.support.agents import mirror_files
+from tests.support.cli import applied, running, status_of
+from tests.support.raw_servers import RawServer, trickle
+from tests.support.static_source import (
     T0,
     StaticSource,
     capability_list,
@@ -31,6 +30,7 @@ from tests.subscriber.test_review_regressions import (
     running_source,
     urlset,
 )
+from tests.support.waiting import TIMEOUT_SCALE
 
 SLOW_BODY = b"s" * 600
 """At a byte a second: ten minutes, far past any deadline the tests set or wait for."""

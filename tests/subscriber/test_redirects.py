@@ -22,10 +22,9 @@ from rspush.subscriber.errors import RedirectRefusedError
 from rspush.subscriber.filters import ChangeFilter
 from rspush.subscriber.mapping import UriMap
 from rspush.subscriber.redirects import RedirectPolicy, address_kind
-from tests.conftest import TIMEOUT_SCALE
-from tests.subscriber.agent_helpers import mirror_files
-from tests.subscriber.origin import running_origin
-from tests.subscriber.test_review_regressions import (
+from tests.support.agents import mirror_files
+from tests.support.origin import running_origin
+from tests.support.static_source import (
     T0,
     StaticSource,
     capability_list,
@@ -33,6 +32,7 @@ from tests.subscriber.test_review_regressions import (
     listed,
     urlset,
 )
+from tests.support.waiting import TIMEOUT_SCALE
 
 
 class RedirectingSource(StaticSource):

@@ -25,12 +25,11 @@ from rspush.subscriber.agent import Agent, AgentConfig
 from rspush.subscriber.errors import DiscoveryError
 from rspush.subscriber.push import PushError, RefusedError
 from rspush.subscriber.push_failures import push_failure
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub import conftest as hub_fixtures
-from tests.subscriber.agent_helpers import Running, converged, running_agent, until
-from tests.subscriber.origin import publish, running_origin
-from tests.subscriber.raw_servers import RawServer, Reply, bad_gateway, close_at_once
-from tests.subscriber.test_review_regressions import (
+from tests.support.agents import Running, converged, running_agent
+from tests.support.hubs import make_settings
+from tests.support.origin import publish, running_origin
+from tests.support.raw_servers import RawServer, Reply, bad_gateway, close_at_once
+from tests.support.static_source import (
     T0,
     T1,
     StaticSource,
@@ -41,9 +40,7 @@ from tests.subscriber.test_review_regressions import (
     serve_resource_list,
     urlset,
 )
-
-redis_url = hub_fixtures.redis_url
-prefix = hub_fixtures.prefix
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 QUICK = {"poll_interval": 0.1, "backoff_initial": 0.1, "backoff_max": 0.5}
 
@@ -77,7 +74,9 @@ async def test_a_failed_push_handshake_means_polling_and_trying_again(
         pull_source(source, push="ws://" + endpoint.removeprefix("http://") + "/")
         dest = tmp_path / "mirror"
         async with running_agent(config_for(source, dest)) as run:
-            await until(lambda: broken.requests >= 3 or run.task.done(), "three push handshakes")
+            await eventually(
+                lambda: broken.requests >= 3 or run.task.done(), "three push handshakes"
+            )
             still_running(run)
             assert b"upgrade: websocket" in broken.heads[0].lower()
             # Meanwhile the agent polls: a change in the open Change List is applied.
@@ -131,7 +130,7 @@ async def hub_on(
     """A hub on 127.0.0.1:``port`` (its push endpoint on ``push_port``, 0: any); a client of
     it while the block lasts."""
     base = f"http://127.0.0.1:{port}"
-    settings = hub_fixtures.make_settings(redis_url, prefix, base)
+    settings = make_settings(redis_url, prefix, base)
     sock, push_sock = bind("127.0.0.1", port), bind("127.0.0.1", push_port)
     async with (
         running_hub(settings, sock=sock, push_sock=push_sock),
@@ -165,17 +164,17 @@ async def test_an_agent_started_before_its_hub_baselines_once_the_hub_is_up(
             **QUICK,  # type: ignore[arg-type]
         )
         async with running_agent(config) as run:
-            await until(
+            await eventually(
                 lambda: discovery_retries(caplog.records) >= 2 or run.task.done(),
                 "discovery to be retried",
             )
             still_running(run)
             async with hub_on(redis_url, prefix, port) as http:
                 await publish(http, "dataset1", origin, [("/a.txt", "created", b"alpha")])
-                await until(lambda: baselined(run) or run.task.done(), "the baseline")
+                await eventually(lambda: baselined(run) or run.task.done(), "the baseline")
                 still_running(run)
                 await converged(origin, dest)
-                await until(lambda: run.agent.channel == "push", "the push subscription")
+                await eventually(lambda: run.agent.channel == "push", "the push subscription")
 
 
 async def test_a_hub_restarted_under_a_running_agent(
@@ -194,15 +193,15 @@ async def test_a_hub_restarted_under_a_running_agent(
             **QUICK,  # type: ignore[arg-type]
         )
         async with running_agent(config) as run:
-            await until(lambda: run.agent.channel == "push", "the push subscription")
+            await eventually(lambda: run.agent.channel == "push", "the push subscription")
             await converged(origin, dest)
             await first_hub.aclose()  # the hub goes away, push and documents alike
-            await until(lambda: run.agent.channel == "poll" or run.task.done(), "polling")
+            await eventually(lambda: run.agent.channel == "poll" or run.task.done(), "polling")
             still_running(run)
             async with hub_on(redis_url, prefix, port, push_port) as again:
                 await publish(again, "dataset1", origin, [("/b.txt", "created", b"bravo")])
                 await converged(origin, dest)
-                await until(
+                await eventually(
                     lambda: run.agent.channel == "push" or run.task.done(), "push again", 30
                 )
                 await publish(again, "dataset1", origin, [("/c.txt", "created", b"charlie")])
