@@ -49,10 +49,10 @@ import pytest
 
 from rspush.hub.embedded import EmbeddedRedis
 from rspush.resourcesync import parse_document, parse_w3c_datetime
-from tests.conftest import TIMEOUT_SCALE
-from tests.e2e.processes import SOURCE_TOKEN, HubProcess, write_config
-from tests.subscriber.agent_helpers import mirror_files
-from tests.subscriber.origin import Announced, Origin, running_origin
+from tests.support.agents import mirror_files
+from tests.support.origin import Announced, Origin, running_origin
+from tests.support.processes import SOURCE_TOKEN, HubProcess, write_config
+from tests.support.waiting import TIMEOUT_SCALE
 
 pytestmark = [
     pytest.mark.chaos,

@@ -25,8 +25,7 @@ import pytest
 import redis
 
 from rspush.hub import embedded
-from tests.conftest import TIMEOUT_SCALE
-from tests.e2e.processes import (
+from tests.support.processes import (
     SOURCE_TOKEN,
     HubProcess,
     alive,
@@ -35,6 +34,7 @@ from tests.e2e.processes import (
     wait_until,
     write_config,
 )
+from tests.support.waiting import TIMEOUT_SCALE
 
 pytestmark = [
     pytest.mark.timeout(120),

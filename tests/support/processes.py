@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rspush.hub.auth import token_sha256
-from tests.conftest import TIMEOUT_SCALE
+from tests.support.waiting import TIMEOUT_SCALE
 
 SOURCE_TOKEN = "chaos-source-token"
 SERVING = re.compile(r"serving \S+ on (http://127\.0\.0\.1:\d+), push on (\S+)")
