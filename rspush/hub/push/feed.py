@@ -20,14 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, broadcast
 
 from rspush.protocol import FRAME_ENCODERS, ZERO, CloseCode, Position, close_reason
 from rspush.resourcesync.w3cdt import from_us
 
+from ..errors import StoreUnavailable
 from ..rotation import cancel_and_wait
 from ..store import StreamEntry, TopicStore
+
+RETRY_S = 0.5
+"""Pause before the reader retries a failed read of the stream."""
 
 log = logging.getLogger("rspush.hub.push")
 MAX_BATCH = 1000
@@ -107,11 +110,18 @@ class TopicFeed:
                 changes = await self.store.wait_entries(
                     self.topic, self.last, count=MAX_BATCH, block_ms=BLOCK_MS
                 )
-            except RedisError:
+            except StoreUnavailable as exc:
+                # The server restarts or is unreachable: retry until it is back; the
+                # subscribers stay connected and get everything from ``self.last`` on.
                 if self._stopping:
                     return
-                log.exception("feed %s: XREAD failed; retrying", self.topic)
-                await asyncio.sleep(0.5)
+                log.warning("feed %s: %s; retrying", self.topic, exc.__cause__ or exc)
+                await asyncio.sleep(RETRY_S)
+                continue
+            except Exception:
+                # Never end silently: subscribers would wait on an open connection for ever.
+                log.exception("feed %s: reading the stream failed; retrying", self.topic)
+                await asyncio.sleep(RETRY_S)
                 continue
             if not changes:
                 continue

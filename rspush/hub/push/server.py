@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
@@ -41,6 +40,7 @@ from rspush.protocol import (
 from rspush.resourcesync.w3cdt import from_us
 
 from ..auth import token_sha256
+from ..errors import StoreUnavailable
 from ..materialise import Urls
 from ..settings import Settings
 from ..store import StreamEntry, TopicStore
@@ -140,7 +140,7 @@ class PushServer:
             await _refuse(connection, exc.code, exc.kind, exc.message)
         except ConnectionClosed:
             pass
-        except RedisError as exc:
+        except StoreUnavailable as exc:
             # The store is briefly unreachable or saturated: "try again later" (RFC 6455).
             log.warning("push subscribe failed: %s", exc)
             with contextlib.suppress(ConnectionClosed):
