@@ -275,3 +275,37 @@ async def test_values_the_schemas_refuse_are_400_with_rule_and_entry(
     body = reply.json()
     assert body["error"] == "invalid-document"
     assert [(v["rule"], v["entry"]) for v in body["violations"]] == [(rule, 2)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_body_nobody_reads_is_cut_too(hub_factory: HubFactory) -> None:
+    """A post refused before its body is read (here: no token) leaves the client sending;
+    the connection's own deadline ends it."""
+    async with hub_factory(body_timeout_s=BODY_TIMEOUT_S) as running:
+        reader, writer = await asyncio.open_connection(*address(running.url))
+        try:
+            writer.write(
+                b"POST /topics/dataset1/changes HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Length: 100000\r\n\r\n<urlset"
+            )
+            head_ = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10 * TIMEOUT_SCALE)
+            assert head_.startswith(b"HTTP/1.1 401 ")
+
+            async def trickle() -> None:  # never idle, so no keep-alive timeout applies
+                with contextlib.suppress(ConnectionError, OSError):
+                    while True:
+                        writer.write(b"x")
+                        await writer.drain()
+                        await asyncio.sleep(0.05)
+
+            sender = asyncio.create_task(trickle())
+            try:
+                async with asyncio.timeout(BODY_TIMEOUT_S + 2 + 3 * TIMEOUT_SCALE):
+                    await response_and_close(reader)
+            finally:
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
