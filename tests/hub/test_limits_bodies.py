@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import subprocess
 import sys
 import time
@@ -216,18 +217,33 @@ def big_fragment(entries: int) -> bytes:
 
 
 @contextmanager
-def hub_process(workdir: Path, topic: str) -> Iterator[str]:
-    """``rs-hub serve`` in its own process (embedded server under ``workdir``); its URL."""
+def hub_process(
+    workdir: Path,
+    topic: str,
+    *,
+    limits: dict[str, float] | None = None,
+    open_files: int | None = None,
+) -> Iterator[str]:
+    """``rs-hub serve`` in its own process (embedded server under ``workdir``), optionally
+    with a lower open-file limit; its URL. Its stderr goes to ``workdir/hub.log``."""
     port, push_port = free_port(), free_port()
     config = workdir / "hub.toml"
-    config.write_text(hub_config(port, push_port, [topic]))
+    config.write_text(hub_config(port, push_port, [topic], limits=limits))
     rs_hub = Path(sys.executable).parent / "rs-hub"
-    process = subprocess.Popen(
-        [str(rs_hub), "serve", "--config", str(config), "--port", str(port)]
-        + ["--data-dir", str(workdir / "data")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+
+    def limit_open_files() -> None:
+        if open_files is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
+
+    with (workdir / "hub.log").open("wb") as log:
+        process = subprocess.Popen(
+            [str(rs_hub), "serve", "--config", str(config), "--port", str(port)]
+            + ["--data-dir", str(workdir / "data")],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=limit_open_files,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30 * TIMEOUT_SCALE
@@ -346,3 +362,44 @@ async def test_a_body_nobody_reads_is_cut_too(hub_factory: HubFactory) -> None:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+@pytest.mark.timeout(120)
+async def test_an_fd_flood_is_refused_and_the_hub_recovers(tmp_path: Path) -> None:
+    """1,100 idle connections against a hub limited to 1,024 open files: the ones over its
+    connection cap are refused at once, the rest closed at the head deadline; /healthz answers
+    again right after, and the log does not fill with descriptor errors."""
+    header_timeout_s = 2.0
+    with hub_process(
+        tmp_path, "t1", limits={"header_timeout_s": header_timeout_s}, open_files=1024
+    ) as base:
+        host, port = address(base)
+        opened = []
+        try:
+            for _ in range(1100):
+                opened.append(await asyncio.open_connection(host, port))
+            started = time.monotonic()
+            async with httpx.AsyncClient(base_url=base, timeout=5, trust_env=False) as client:
+                deadline = started + header_timeout_s + 10 * TIMEOUT_SCALE
+                while True:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await client.get("/healthz")).status_code == 200:
+                            break
+                    assert time.monotonic() < deadline, "/healthz never answered again"
+                    await asyncio.sleep(0.1)
+                recovered = time.monotonic() - started
+                # Ingest works too.
+                reply = await client.post(
+                    "/topics/t1/changes", content=big_fragment(3), headers=HUB_AUTH
+                )
+                assert reply.status_code == 202, reply.text
+        finally:
+            for _, writer in opened:
+                writer.close()
+            for _, writer in opened:
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    log = (tmp_path / "hub.log").read_text(errors="replace")
+    print(f"/healthz answered {recovered:.2f} s after the flood; hub log {len(log)} bytes")
+    assert log.count("Too many open files") <= 10, log[-2000:]
+    assert len(log) < 100_000
