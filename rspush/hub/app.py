@@ -36,20 +36,20 @@ from datetime import UTC, datetime
 
 from redis.asyncio import Redis
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rspush.resourcesync.w3cdt import to_us
 
 from .auth import authorise_read, bearer, readable_private_topics, token_matches
+from .bodies import BodyBudget, BodyReader
 from .documents import DocumentService, Served
 from .errors import (
     STORE_UNAVAILABLE_MESSAGE,
     Code,
     HubError,
     NotFound,
-    RequestError,
     StoreUnavailable,
     Unauthenticated,
 )
@@ -71,6 +71,9 @@ HTTP_STATUS: dict[Code, int] = {
     Code.NOT_FOUND: 404,
     Code.UNKNOWN_TOPIC: 404,
     Code.BODY_TOO_LARGE: 413,
+    Code.BODY_TIMEOUT: 408,
+    Code.BODY_INCOMPLETE: 400,
+    Code.SERVER_BUSY: 503,
     Code.BAD_IDEMPOTENCY_KEY: 400,
     Code.CONTENT_TYPE: 415,
     Code.LINK_HEADER: 400,
@@ -93,6 +96,12 @@ HTTP_STATUS: dict[Code, int] = {
 }
 """The HTTP status of every error code."""
 
+RETRY_AFTER_S = 1
+"""``Retry-After`` of a ``server-busy`` refusal: bodies in progress finish within seconds."""
+# Refusals that leave the request body unread: the connection cannot carry another request
+# (RFC 9112 §9.6: close rather than read and discard what the client may still send).
+_CLOSE_AFTER = frozenset({Code.BODY_TOO_LARGE, Code.BODY_TIMEOUT, Code.SERVER_BUSY})
+
 
 class Hub:
     """Everything one hub process holds, built from settings at startup."""
@@ -105,6 +114,9 @@ class Hub:
         self.metrics = HubMetrics()
         self.metrics.declare_topics([t.name for t in settings.topics])
         self.ingest = IngestService(settings, self.store, self.metrics)
+        limits = settings.limits
+        # A budget smaller than one body would refuse every body of the largest allowed size.
+        self.body_budget = BodyBudget(max(limits.body_budget_bytes, limits.max_body_bytes))
         names = [t.name for t in settings.topics]
         private = frozenset(t.name for t in settings.topics if t.private)
         self.documents = DocumentService(
@@ -117,7 +129,6 @@ class Hub:
             push_url=push_url,
             private=private,
         )
-        limits = settings.limits
         self.rotator = Rotator(
             self.store,
             settings.hub.base_url,
@@ -163,7 +174,13 @@ def build_app(hub: Hub) -> Starlette:
         assert isinstance(exc, HubError)  # registered for HubError only
         status = HTTP_STATUS[exc.code]
         # RFC 6750 §3: a 401 names the scheme the client must use.
-        headers = {"WWW-Authenticate": 'Bearer realm="rspush"'} if status == 401 else None
+        headers: dict[str, str] = {}
+        if status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="rspush"'
+        if exc.code is Code.SERVER_BUSY:
+            headers["Retry-After"] = str(RETRY_AFTER_S)
+        if exc.code in _CLOSE_AFTER:
+            headers["Connection"] = "close"
         body = exc.as_json()
         if request.method == "POST":  # the ingest endpoints: counted, with violations
             hub.metrics.rejected.labels(exc.code).inc()
@@ -171,22 +188,16 @@ def build_app(hub: Hub) -> Starlette:
             del body["violations"]
         return JSONResponse(body, status_code=status, headers=headers)
 
-    def body_reader(request: Request) -> Callable[[], Awaitable[bytes]]:
-        """The request body, refused past ``max_body_bytes`` (declared or streamed)."""
-
-        async def read() -> bytes:
-            limit = limits.max_body_bytes
-            declared = request.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise RequestError(Code.BODY_TOO_LARGE, f"body is {declared} bytes; limit {limit}")
-            body = bytearray()
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    raise RequestError(Code.BODY_TOO_LARGE, f"body exceeds the limit of {limit}")
-            return bytes(body)
-
-        return read
+    def body_reader(request: Request) -> BodyReader:
+        """The request body within the size cap, the deadline and the shared budget."""
+        return BodyReader(
+            request.stream,
+            request.headers.get("content-length"),
+            max_bytes=limits.max_body_bytes,
+            timeout_s=limits.body_timeout_s,
+            budget=hub.body_budget,
+            on_disconnect=ClientDisconnect,
+        )
 
     def token(request: Request) -> str | None:
         return bearer(request.headers.get("authorization"))
@@ -196,21 +207,29 @@ def build_app(hub: Hub) -> Starlette:
         return 200 if receipt.get("accepted") == 0 else 202
 
     async def post_changes(request: Request) -> Response:
-        receipt = await hub.ingest.changes(
-            token=token(request),
-            topic=request.path_params["topic"],
-            idempotency_key=request.headers.get("idempotency-key"),
-            body=body_reader(request),
-        )
+        body = body_reader(request)
+        try:
+            receipt = await hub.ingest.changes(
+                token=token(request),
+                topic=request.path_params["topic"],
+                idempotency_key=request.headers.get("idempotency-key"),
+                body=body,
+            )
+        finally:
+            body.release()
         return JSONResponse(receipt, status_code=receipt_status(receipt))
 
     async def post_baseline(request: Request) -> Response:
-        receipt = await hub.ingest.baseline(
-            token=token(request),
-            topic=request.path_params["topic"],
-            idempotency_key=request.headers.get("idempotency-key"),
-            body=body_reader(request),
-        )
+        body = body_reader(request)
+        try:
+            receipt = await hub.ingest.baseline(
+                token=token(request),
+                topic=request.path_params["topic"],
+                idempotency_key=request.headers.get("idempotency-key"),
+                body=body,
+            )
+        finally:
+            body.release()
         return JSONResponse(receipt, status_code=202)
 
     async def post_hub(request: Request) -> Response:
@@ -219,13 +238,17 @@ def build_app(hub: Hub) -> Starlette:
             rel.strip(): href.strip()
             for href, rel in _LINK.findall(", ".join(request.headers.getlist("link")))
         }
-        receipt = await hub.ingest.notify(
-            token=token(request),
-            media_type=request.headers.get("content-type", "").split(";")[0].strip(),
-            links=links,
-            idempotency_key=request.headers.get("idempotency-key"),
-            body=body_reader(request),
-        )
+        body = body_reader(request)
+        try:
+            receipt = await hub.ingest.notify(
+                token=token(request),
+                media_type=request.headers.get("content-type", "").split(";")[0].strip(),
+                links=links,
+                idempotency_key=request.headers.get("idempotency-key"),
+                body=body,
+            )
+        finally:
+            body.release()
         return JSONResponse(receipt, status_code=200)
 
     def document(

@@ -8,7 +8,8 @@
     │   └── Forbidden             forbidden (+ source)
     ├── NotFound                  not-found, unknown-topic (+ topic)
     ├── IngestError               a request that writes nothing (+ violations, entry, rule)
-    │   ├── RequestError          body-too-large, bad-idempotency-key, content-type,
+    │   ├── RequestError          body-too-large, body-timeout, body-incomplete,
+    │   │                         server-busy, bad-idempotency-key, content-type,
     │   │                         link-header
     │   ├── DocumentRejected      unsafe-xml, document-too-large, malformed-xml,
     │   │                         wrong-namespace, not-resourcesync, invalid-document,
@@ -37,6 +38,9 @@ class Code(StrEnum):
     NOT_FOUND = "not-found"
     UNKNOWN_TOPIC = "unknown-topic"
     BODY_TOO_LARGE = "body-too-large"
+    BODY_TIMEOUT = "body-timeout"
+    BODY_INCOMPLETE = "body-incomplete"
+    SERVER_BUSY = "server-busy"
     BAD_IDEMPOTENCY_KEY = "bad-idempotency-key"
     CONTENT_TYPE = "content-type"
     LINK_HEADER = "link-header"

@@ -19,6 +19,13 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
 from .app import Hub, build_app
+from .connections import (
+    MAX_HEAD_BYTES,
+    connection_cap,
+    guarded_protocol,
+    limit_flood_logging,
+    open_file_limit,
+)
 from .embedded import DataDirLock, EmbeddedRedis
 from .push.server import PushServer
 from .settings import Settings
@@ -116,12 +123,27 @@ async def running_hub(
         redis,
         push_url=None if push_port is None else advertised_push_url(settings, push_port),
     )
+    limits = settings.limits
+    limit_flood_logging()
     config = uvicorn.Config(
         build_app(hub),
         log_level="warning",
         lifespan="on",
         access_log=False,
         timeout_graceful_shutdown=5,
+        # The h11 protocol with deadlines on reading requests and a connection cap
+        # (:mod:`.connections`); named, so installing httptools cannot swap it out.
+        http=guarded_protocol(
+            header_timeout_s=limits.header_timeout_s,
+            body_timeout_s=limits.body_timeout_s,
+            max_connections=connection_cap(
+                limits.max_connections,
+                open_file_limit(),
+                redis_connections=REDIS_MAX_CONNECTIONS,
+            ),
+        ),
+        timeout_keep_alive=limits.keepalive_timeout_s,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="rspush-http")

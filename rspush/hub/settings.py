@@ -26,6 +26,11 @@ DEFAULT_CHANGELIST_MAX_AGE_S = 24 * 3600
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 DEFAULT_FUTURE_TOLERANCE_S = 300
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600
+DEFAULT_BODY_BUDGET_BYTES = 64 * 1024 * 1024
+DEFAULT_BODY_TIMEOUT_S = 30.0
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_KEEPALIVE_TIMEOUT_S = 5
+DEFAULT_MAX_CONNECTIONS = 1000
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -124,6 +129,19 @@ class Limits(BaseModel):
     idempotency_ttl_s: int = Field(DEFAULT_IDEMPOTENCY_TTL_S, ge=1)
     index_lists: int = Field(100, ge=1, le=49_999)
     """How many recent closed Change Lists the Change List Index groups (its 'period')."""
+    body_budget_bytes: int = Field(DEFAULT_BODY_BUDGET_BYTES, ge=1024)
+    """Bytes of request bodies held at once, all requests together (at least one body of
+    max_body_bytes gets in); past it a post is refused with 503 and Retry-After."""
+    body_timeout_s: float = Field(DEFAULT_BODY_TIMEOUT_S, gt=0)
+    """A request body must arrive within this time (408 otherwise; nothing is written)."""
+    header_timeout_s: float = Field(DEFAULT_HEADER_TIMEOUT_S, gt=0)
+    """A request's line and headers must arrive within this time of its first byte (or of
+    the connection's opening); otherwise the connection is closed."""
+    keepalive_timeout_s: int = Field(DEFAULT_KEEPALIVE_TIMEOUT_S, ge=1)
+    """An idle keep-alive connection is closed after this time."""
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1)
+    """Open HTTP connections at most; lowered at startup to fit the process's open-file
+    limit (room is kept for Redis and the push port). Past it a connection is refused."""
 
 
 class Settings(BaseSettings):

@@ -14,6 +14,9 @@ spec section, never stopping at the first. Rules (ids in brackets):
 - ``change`` values; ``path`` in dump manifests except for deletions  [change-*, path-*]
 - Capability Lists: one entry per capability  [capability-duplicate]
 - Sitemap limits: 50,000 entries, 50 MB  [limit-*]
+- the string values the XML Schemas type: ``<loc>`` an absolute URI of 12-2,048 characters,
+  ``rs:ln`` href/profile absolute URIs, rel a relation type, ``type`` a schema content type
+  (:mod:`.values`)  [loc-uri, link-uri, rel-syntax, type-syntax]
 - plus what the parser recorded: hash syntax, integer lengths, W3C datetimes…
 
 Severity: a broken MUST is an ``error``, a SHOULD/recommended is a ``warning``. One MUST is
@@ -32,7 +35,17 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from . import namespaces as ns
-from .models import CHANGEFREQ_VALUES, Capability, Change, Document, DocumentType, Entry
+from .models import (
+    CHANGEFREQ_VALUES,
+    Capability,
+    Change,
+    Document,
+    DocumentType,
+    Entry,
+    Link,
+    Metadata,
+)
+from .values import is_absolute_uri, is_media_type, is_rel, loc_problem
 from .violations import Severity, Violation
 
 _CHANGES = frozenset(c.value for c in Change)
@@ -44,7 +57,9 @@ _CAPLIST_ENTRY_CAPABILITIES = _CAPABILITIES - {
     Capability.CHANGEDUMP_MANIFEST.value,
     Capability.CHANGELIST_NOTIFICATION.value,
 }
-_PATH = re.compile(r"/.*[^/]")  # the XSD's pathType: leading slash, no trailing slash
+# The XSD's pathType "/.*[^/]": leading slash, no trailing slash; in XML Schema "." matches
+# any character but a line feed or a carriage return.
+_PATH = re.compile(r"/[^\n\r]*[^/]")
 
 T = DocumentType
 
@@ -142,6 +157,7 @@ def _check(doc: Document) -> Iterator[Violation]:
     yield from _check_document_times(doc, kind, section)
     yield from _check_links(doc, kind, section)
     yield from _check_entries(doc, kind, section)
+    yield from _check_values(doc)
     yield from _check_order(doc, kind, section)
     if kind is T.CAPABILITY_LIST:
         yield from _check_capability_list(doc)
@@ -342,6 +358,61 @@ def _check_entries(doc: Document, kind: DocumentType, section: str) -> Iterator[
                 section,
                 entry=index,
             )
+
+
+_SCHEMA = "Sitemap and ResourceSync XML Schemas"
+
+
+def _check_values(doc: Document) -> Iterator[Violation]:
+    """The values the XML Schemas constrain: what breaks them makes the document invalid."""
+    yield from _check_md_and_links(doc.md, doc.links, None)
+    for index, entry in enumerate(doc.entries):
+        if entry.loc:  # an empty one is loc-missing, reported by the parser
+            problem = loc_problem(entry.loc)
+            if problem is not None:
+                yield _v("loc-uri", problem, _SCHEMA, entry=index)
+        if entry.md is not None or entry.links:
+            yield from _check_md_and_links(entry.md, entry.links, index)
+
+
+def _check_md_and_links(
+    md: Metadata | None, links: tuple[Link, ...], entry: int | None
+) -> Iterator[Violation]:
+    if md is not None and md.type is not None and not is_media_type(md.type):
+        yield _type_violation("rs:md", md.type, entry)
+    for link in links:
+        for name, value in (("href", link.href), ("profile", link.profile)):
+            if value is not None and not is_absolute_uri(value):
+                yield _v(
+                    "link-uri",
+                    f"rs:ln@{name}={_cut(value)} is not an absolute URI",
+                    _SCHEMA,
+                    entry=entry,
+                )
+        if not is_rel(link.rel):
+            yield _v(
+                "rel-syntax",
+                f"rs:ln@rel={_cut(link.rel)} is neither a registered relation type "
+                "([a-z][a-z0-9.-]*) nor an absolute URI",
+                _SCHEMA,
+                entry=entry,
+            )
+        if link.type is not None and not is_media_type(link.type):
+            yield _type_violation("rs:ln", link.type, entry)
+
+
+def _type_violation(element: str, value: str, entry: int | None) -> Violation:
+    return _v(
+        "type-syntax",
+        f"{element}@type={_cut(value)} is not type/subtype of letters, digits, '$', '+', '^' "
+        "or '-' (the schema's contentType)",
+        _SCHEMA,
+        entry=entry,
+    )
+
+
+def _cut(value: str) -> str:
+    return repr(value if len(value) <= 80 else value[:77] + "...")
 
 
 def _check_change(entry: Entry, index: int, section: str) -> Iterator[Violation]:

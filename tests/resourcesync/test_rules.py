@@ -696,6 +696,30 @@ MODEL_CASES = [
         ("changefreq-value", 0, E),
         id="changefreq",
     ),
+    case(
+        "resource_list",
+        set_entry(1, loc="res1/relative"),
+        ("loc-uri", 1, E),
+        id="loc-relative",
+    ),
+    case(
+        "resource_list",
+        set_entry(0, links=(Link(rel="duplicate", href="mirror/res1"),)),
+        ("link-uri", 0, E),
+        id="link-href-relative",
+    ),
+    case(
+        "resource_list",
+        set_entry(0, links=(Link(rel="Duplicate", href=loc("x")),)),
+        ("rel-syntax", 0, E),
+        id="rel-capitalised",
+    ),
+    case(
+        "resource_list",
+        set_entry_md(0, type="application/vnd.ms-excel"),
+        ("type-syntax", 0, E),
+        id="type-with-a-dot",
+    ),
 ]
 
 

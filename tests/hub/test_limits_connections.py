@@ -1,0 +1,180 @@
+"""Connections that never finish a request: idle, slowloris, over the cap. Real sockets
+against a real hub on loopback; the hub must close them within its deadlines and keep
+answering ``/healthz`` meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import httpx
+import pytest
+
+from rspush.hub.connections import RateLimitFilter, connection_cap
+from tests.conftest import TIMEOUT_SCALE
+from tests.hub.conftest import HubFactory
+
+HEADER_TIMEOUT_S = 1.0
+CLOSE_BOUND_S = HEADER_TIMEOUT_S + 4.0 * TIMEOUT_SCALE
+HEALTHZ_BOUND_S = 1.0 * TIMEOUT_SCALE
+
+
+def address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+@asynccontextmanager
+async def connections(
+    url: str, count: int
+) -> AsyncIterator[list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
+    host, port = address(url)
+    opened = [await asyncio.open_connection(host, port) for _ in range(count)]
+    try:
+        yield opened
+    finally:
+        for _, writer in opened:
+            writer.close()
+        for _, writer in opened:
+            with suppress(OSError):
+                await writer.wait_closed()
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sent before closing (waits for the close)."""
+    received = b""
+    try:
+        while chunk := await reader.read(4096):
+            received += chunk
+    except ConnectionResetError:  # closed while the client was still sending (slowloris)
+        pass
+    return received
+
+
+async def trickle(writer: asyncio.StreamWriter, head: bytes) -> None:
+    """Slowloris: the request head one byte every 50 ms, then one header byte at a time."""
+    data = head + b"X-Slow: " + b"a" * 10_000
+    try:
+        for byte in data:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+    except (ConnectionError, OSError):
+        return
+
+
+async def healthz_time(client: httpx.AsyncClient) -> float:
+    started = time.perf_counter()
+    reply = await client.get("/healthz")
+    assert reply.status_code == 200
+    return time.perf_counter() - started
+
+
+@pytest.mark.timeout(60)
+async def test_idle_and_slowloris_connections_are_closed_and_healthz_keeps_answering(
+    hub_factory: HubFactory,
+) -> None:
+    async with hub_factory(header_timeout_s=HEADER_TIMEOUT_S) as running:
+        head = b"POST /topics/dataset1/changes HTTP/1.1\r\nHost: x\r\n"
+        async with (
+            connections(running.url, 100) as idle,
+            connections(running.url, 100) as slow,
+            httpx.AsyncClient(base_url=running.url, timeout=10) as client,
+        ):
+            started = time.monotonic()
+            tricklers = [asyncio.create_task(trickle(w, head)) for _, w in slow]
+            try:
+                latency = max([await healthz_time(client) for _ in range(5)])
+                assert latency < HEALTHZ_BOUND_S, latency
+                async with asyncio.timeout(CLOSE_BOUND_S):
+                    idle_replies = await asyncio.gather(*(closed_by_server(r) for r, _ in idle))
+                    slow_replies = await asyncio.gather(*(closed_by_server(r) for r, _ in slow))
+                elapsed = time.monotonic() - started
+            finally:
+                for task in tricklers:
+                    task.cancel()
+                await asyncio.gather(*tricklers, return_exceptions=True)
+            assert elapsed >= HEADER_TIMEOUT_S * 0.9, "closed before the deadline"
+            assert all(r.startswith(b"HTTP/1.1 408 ") for r in idle_replies), set(idle_replies)
+            # A slowloris client still sending may see the close as a reset, the 408 lost.
+            assert all(r == b"" or r.startswith(b"HTTP/1.1 408 ") for r in slow_replies)
+            # The hub still serves after the flood.
+            assert await healthz_time(client) < HEALTHZ_BOUND_S
+
+
+@pytest.mark.timeout(60)
+async def test_an_idle_keep_alive_connection_is_closed(hub_factory: HubFactory) -> None:
+    async with (
+        hub_factory(keepalive_timeout_s=1, header_timeout_s=30) as running,
+        connections(running.url, 1) as [(reader, writer)],
+    ):
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        started = time.monotonic()
+        async with asyncio.timeout(1 + 2 * TIMEOUT_SCALE):  # uvicorn's default is 5 s
+            received = await closed_by_server(reader)
+        assert received.startswith(b"HTTP/1.1 200 ")
+        assert time.monotonic() - started >= 0.9
+
+
+@pytest.mark.timeout(60)
+async def test_connections_past_the_cap_are_refused_at_once(hub_factory: HubFactory) -> None:
+    async with hub_factory(max_connections=40, header_timeout_s=2.0) as running:
+        async with connections(running.url, 40) as held, connections(running.url, 20) as extra:
+            async with asyncio.timeout(2 * TIMEOUT_SCALE):  # well before the head deadline
+                refused = await asyncio.gather(*(closed_by_server(r) for r, _ in extra))
+            assert all(r.startswith(b"HTTP/1.1 503 ") for r in refused), set(refused)
+            assert all(b"retry-after: 1" in r for r in refused)
+            async with asyncio.timeout(2 + 4 * TIMEOUT_SCALE):
+                await asyncio.gather(*(closed_by_server(r) for r, _ in held))
+        # Once the held connections are gone, new ones are served again.
+        async with httpx.AsyncClient(base_url=running.url, timeout=10) as client:
+            assert await healthz_time(client) < HEALTHZ_BOUND_S
+
+
+def test_the_cap_keeps_room_for_redis_and_the_push_port() -> None:
+    assert connection_cap(1000, 1024, redis_connections=200) == 380
+    assert connection_cap(1000, 20_000, redis_connections=200) == 1000
+    assert connection_cap(1000, None, redis_connections=200) == 1000
+    assert connection_cap(1000, 256, redis_connections=200) == 32  # never below the floor
+
+
+def test_descriptor_exhaustion_logs_one_line_per_interval() -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("test.limits.flood")
+    logger.propagate = False
+    handler = Keep()
+    logger.addHandler(handler)
+    flood = RateLimitFilter(interval_s=0.2)
+    logger.addFilter(flood)
+    try:
+        exhausted = OSError(errno.EMFILE, "Too many open files")
+        for _ in range(10_000):
+            logger.error(
+                "socket.accept() out of system resource\nsocket: <fd=%d>",
+                7,
+                exc_info=(OSError, exhausted, None),
+            )
+        logger.error("an unrelated error")
+        logger.error("an unrelated error")
+        assert [r.getMessage().partition("\n")[0] for r in records] == [
+            "socket.accept() out of system resource",
+            "an unrelated error",
+            "an unrelated error",
+        ]
+        deadline = time.monotonic() + 5
+        while time.monotonic() - deadline < 0 and len(records) < 4:
+            logger.error("socket.accept() out of system resource", exc_info=exhausted)
+            time.sleep(0.01)
+        assert "like it in the last 0.2 s)" in records[3].getMessage()
+    finally:
+        logger.removeFilter(flood)
+        logger.removeHandler(handler)
