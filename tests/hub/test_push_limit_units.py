@@ -18,7 +18,8 @@ def test_the_cap_stays_below_the_descriptor_limit() -> None:
     assert connection_cap(10_000, 1024) == 1024 - FD_RESERVE
     assert connection_cap(100, 1024) == 100
     assert connection_cap(10_000, None) == 10_000
-    assert connection_cap(10_000, 10) == 1
+    assert connection_cap(10_000, 400) == 300  # a small limit keeps a quarter in reserve
+    assert connection_cap(10_000, 1) == 1
 
 
 def test_limiter_counts_per_process_and_per_address() -> None:

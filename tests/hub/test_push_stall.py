@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rspush.hub.auth import token_sha256
 from rspush.resourcesync.w3cdt import format_w3c_datetime
@@ -69,6 +69,7 @@ stall_timeout_s = {stall}
 close_timeout_s = {close}
 max_connections_per_address = 1000
 socket_send_buffer_bytes = {send_buffer}
+open_timeout_s = {open_timeout}
 
 [limits]
 max_entries_per_request = {history}
@@ -105,8 +106,16 @@ def metric(text: str, name: str) -> float:
 
 
 @asynccontextmanager
-async def child_hub(redis_url: str, prefix: str, tmp: Path) -> AsyncIterator[tuple[int, str, str]]:
-    """``rs-hub serve`` in a child process: (pid, HTTP URL, push URL)."""
+async def child_hub(
+    redis_url: str,
+    prefix: str,
+    tmp: Path,
+    *,
+    fd_limit: int | None = None,
+    open_timeout_s: float = 10.0,
+) -> AsyncIterator[tuple[int, str, str]]:
+    """``rs-hub serve`` in a child process, with at most ``fd_limit`` open descriptors:
+    (pid, HTTP URL, push URL)."""
     config = tmp / "hub.toml"
     config.write_text(
         CONFIG.format(
@@ -117,13 +126,15 @@ async def child_hub(redis_url: str, prefix: str, tmp: Path) -> AsyncIterator[tup
             close=CLOSE_TIMEOUT_S,
             history=max(HISTORY, POST_CHANGES),
             token=token_sha256(TOKEN_A),
+            open_timeout=open_timeout_s,
         )
     )
+    limit = [] if fd_limit is None else ["sh", "-c", f'ulimit -n {fd_limit} && exec "$@"', "sh"]
     log_path = tmp / "child.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RSPUSH_")}
     with log_path.open("wb") as log:
         child = subprocess.Popen(
-            [*rs_hub(), "serve", "--config", str(config)],
+            [*limit, *rs_hub(), "serve", "--config", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -346,3 +357,65 @@ def _true(value: bool) -> Any:
         return value
 
     return holds()
+
+
+@pytest.mark.timeout(90)
+async def test_idle_sockets_past_the_descriptor_limit_do_not_starve_the_hub(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """A hub allowed 400 descriptors (so at most 300 push sockets) and 600 idle sockets on
+    its push port: it holds at most its cap, refuses the rest at once with 503, keeps serving
+    HTTP, drops the idle ones after the handshake timeout, then accepts subscribers again;
+    and it does not flood its log."""
+    async with (
+        child_hub(redis_url, prefix, tmp_path, fd_limit=400, open_timeout_s=3.0) as (
+            pid,
+            http_url,
+            push_url,
+        ),
+        httpx.AsyncClient(base_url=http_url, timeout=10) as http,
+    ):
+        host, port = push_url.removeprefix("ws://").strip("/").split(":")
+        loop = asyncio.get_running_loop()
+        idle: list[socket.socket] = []
+        try:
+            for _ in range(600):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setblocking(False)
+                await loop.sock_connect(sock, (host, int(port)))
+                idle.append(sock)
+            descriptors = len(os.listdir(f"/proc/{pid}/fd"))
+            assert descriptors < 400, descriptors
+            assert (await http.get("/healthz")).status_code == 200
+            refused = 0
+            for sock in idle:
+                try:
+                    answer = sock.recv(64)
+                except BlockingIOError:
+                    continue
+                refused += answer.startswith(b"HTTP/1.1 503 ")
+            assert refused >= 600 - 300, refused
+
+            async def subscribes() -> bool:
+                try:
+                    async with connect(push_url, open_timeout=5) as ws:
+                        await ws.send(
+                            json.dumps(
+                                {
+                                    "type": "subscribe",
+                                    "version": 1,
+                                    "topics": [{"topic": "dataset1"}],
+                                }
+                            )
+                        )
+                        return json.loads(await ws.recv())["type"] == "subscribed"
+                except (OSError, InvalidStatus):
+                    return False
+
+            # The idle ones are dropped after the 3 s handshake timeout: room again.
+            await eventually(subscribes, timeout=20, what="a subscriber accepted again")
+        finally:
+            for sock in idle:
+                sock.close()
+        log_lines = (tmp_path / "child.log").read_text().splitlines()
+        assert len(log_lines) < 50, log_lines[-20:]
