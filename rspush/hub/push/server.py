@@ -61,6 +61,7 @@ from .logfilter import RateLimitFilter
 log = logging.getLogger("rspush.hub.push")
 REPLAY_PAGE = 1000
 SUBSCRIBE_TIMEOUT_S = 10.0
+SHUTDOWN_SETTLE_S = 1.0
 # Loggers that can repeat one error per socket: asyncio's accept() failures ("Too many open
 # files") and websockets' failed handshakes.
 FLOODED_LOGGERS = ("asyncio", "websockets.server")
@@ -133,6 +134,9 @@ class PushServer:
         )
         self._log_filter = RateLimitFilter(push.error_log_interval_s)
         self._replay_slots = asyncio.Semaphore(push.replay_concurrency)
+        self._subscribing = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._server: Any = None
 
     @property
@@ -177,9 +181,14 @@ class PushServer:
 
     async def stop(self) -> None:
         if self._server is not None:
-            # Tell every client to resume elsewhere, with its positions; all at once, so a
-            # client that does not read delays the shutdown by one close deadline at most.
-            closes = []
+            # Subscribe messages being served finish registering their topics first (briefly:
+            # a long replay is not waited for), so each resume map names every topic.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SHUTDOWN_SETTLE_S):
+                    await self._settled.wait()
+            # Tell every client to resume elsewhere, with its positions, one after the other
+            # (each map is taken as late as possible); a client that does not read holds
+            # the shutdown for one close deadline.
             for connection in list(self._server.connections):
                 resume = {
                     sub.topic: sub.last_sent
@@ -187,15 +196,12 @@ class PushServer:
                     for sub in feed.subscriptions
                     if sub.connection is connection
                 }
-                closes.append(
-                    close_slow(
-                        connection,
-                        CloseCode.SHUTDOWN,
-                        close_reason(resume),
-                        deadline_s=self.settings.push.close_timeout_s,
-                    )
+                await close_slow(
+                    connection,
+                    CloseCode.SHUTDOWN,
+                    close_reason(resume),
+                    deadline_s=self.settings.push.close_timeout_s,
                 )
-            await asyncio.gather(*closes, return_exceptions=True)
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -212,14 +218,23 @@ class PushServer:
             request = parse_subscribe(raw)
             for topic_request in request.topics:
                 self._authorise(topic_request.topic, request.token)
-            for topic_request in request.topics:
-                outcome = await self._subscribe(connection, topic_request, request.format)
-                if isinstance(outcome, HistoryInsufficient):
-                    with contextlib.suppress(ConnectionClosed, Stalled):
-                        await self._write(connection, outcome.encode().encode())
-                    await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
-                    return
-                subs.append(outcome)
+            self._subscribing += 1
+            self._settled.clear()
+            try:
+                for topic_request in request.topics:
+                    outcome = await self._subscribe(connection, topic_request, request.format)
+                    if isinstance(outcome, HistoryInsufficient):
+                        with contextlib.suppress(ConnectionClosed, Stalled):
+                            await self._write(connection, outcome.encode().encode())
+                        await connection.close(
+                            CloseCode.HISTORY_INSUFFICIENT, "history insufficient"
+                        )
+                        return
+                    subs.append(outcome)
+            finally:
+                self._subscribing -= 1
+                if self._subscribing == 0:
+                    self._settled.set()
             async for _ in connection:
                 pass  # nothing else is expected; pings are answered by websockets itself
         except ProtocolError as exc:
