@@ -117,6 +117,27 @@ class Push(BaseModel):
     """Live batches queued for a connection while its replay runs."""
     ping_interval_s: float = Field(20.0, gt=0)
     ping_timeout_s: float = Field(20.0, gt=0)
+    replay_concurrency: int = Field(4, ge=1)
+    """Replay pages read from Redis and encoded at once in one process (the rest wait)."""
+    stall_timeout_s: float = Field(10.0, gt=0)
+    """How long a replay send may wait for a full send buffer to drain before the client is
+    closed as a slow consumer (live sends never wait: a full buffer closes at once)."""
+    close_timeout_s: float = Field(5.0, gt=0)
+    """How long a slow consumer has to read up to its close frame before its TCP connection
+    is dropped."""
+    open_timeout_s: float = Field(10.0, gt=0)
+    """Bound on the WebSocket opening handshake (idle and slowloris sockets)."""
+    max_connections: int = Field(10_000, ge=1)
+    """Push sockets per process, handshaking ones included; lowered at start to stay below
+    the process's file-descriptor limit. Past it a new socket gets HTTP 503."""
+    max_connections_per_address: int = Field(1024, ge=1)
+    """Push sockets per client IP address (a proxy in front counts as one); past it: 503."""
+    socket_send_buffer_bytes: int | None = Field(None, ge=4096)
+    """The kernel's send buffer per push socket (SO_SNDBUF); None lets the kernel size it
+    (up to net.ipv4.tcp_wmem's maximum, 4 MiB by default, per connection). A bound here
+    caps the kernel memory a stalled client holds and makes it a slow consumer sooner."""
+    error_log_interval_s: float = Field(10.0, gt=0)
+    """Repeated accept and handshake errors are logged at most once per interval."""
 
 
 class Limits(BaseModel):

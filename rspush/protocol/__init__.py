@@ -28,12 +28,17 @@ from .changes import PushedChange, change_fields, change_json
 from .closing import MAX_REASON_BYTES, CloseCode, ProtocolError, close_reason
 from .frames import (
     FRAME_ENCODERS,
+    FRAME_ENVELOPE_BYTES,
+    MAX_CHANGE_BYTES,
+    MAX_FRAME_BYTES,
     REQUIRED_FIELDS,
     ChangesFrame,
+    EncodedFrame,
     FrameEncoder,
     decode_frame,
     decode_json_frame,
     decode_xml_frame,
+    encode_frames,
     json_frame,
     xml_frame,
 )
@@ -48,14 +53,19 @@ from .messages import (
     decode_control,
 )
 from .names import PROTOCOL_VERSION, PUSH_REL, RSPUSH_NS
-from .positions import MAX_SEQ, ZERO, Position
+from .positions import MAX_MS, MAX_SEQ, ZERO, Position
 from .resume import Replay, SinceLookup, StreamFacts, check_replay, decide_resume
-from .subscribe import MAX_TOPICS, Subscribe, TopicRequest, parse_subscribe
+from .subscribe import MAX_SUBSCRIBE_BYTES, MAX_TOPICS, Subscribe, TopicRequest, parse_subscribe
 
 __all__ = [
     "FRAME_ENCODERS",
+    "FRAME_ENVELOPE_BYTES",
+    "MAX_CHANGE_BYTES",
+    "MAX_FRAME_BYTES",
+    "MAX_MS",
     "MAX_REASON_BYTES",
     "MAX_SEQ",
+    "MAX_SUBSCRIBE_BYTES",
     "MAX_TOPICS",
     "PROTOCOL_VERSION",
     "PUSH_REL",
@@ -65,6 +75,7 @@ __all__ = [
     "ChangesFrame",
     "CloseCode",
     "ControlMessage",
+    "EncodedFrame",
     "FrameEncoder",
     "HistoryInsufficient",
     "HistoryReason",
@@ -89,6 +100,7 @@ __all__ = [
     "decode_json_frame",
     "decode_xml_frame",
     "decide_resume",
+    "encode_frames",
     "json_frame",
     "parse_subscribe",
     "xml_frame",

@@ -20,12 +20,22 @@ from typing import Any
 
 from rspush.resourcesync import parse_document
 from rspush.resourcesync.namespaces import RS_NS, SITEMAP_NS
-from rspush.resourcesync.w3cdt import format_w3c_datetime
+from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us
 
 from .changes import PushedChange, change_fields
 from .closing import ProtocolError
 from .messages import ControlMessage, control, decode_control
 from .names import RSPUSH_NS
+from .positions import Position
+
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+"""No frame of the hub is larger (UTF-8 bytes of its payload): clients may refuse a larger
+one (the agent does). The hub splits a batch whose encoded frame would pass it."""
+FRAME_ENVELOPE_BYTES = 4 * 1024
+"""Room a frame needs besides its changes: the XML or JSON head with the topic (at most 64
+characters), the epoch and two datetimes, and the position each change gets."""
+MAX_CHANGE_BYTES = MAX_FRAME_BYTES - FRAME_ENVELOPE_BYTES
+"""The largest change (its stored JSON or XML form) that fits a frame on its own."""
 
 REQUIRED_FIELDS = ("position", "loc", "change", "datetime")
 """What every change of a frame carries (the other fields are optional)."""
@@ -65,6 +75,42 @@ def xml_frame(
 FrameEncoder = Callable[[str, str, datetime, datetime, Sequence[PushedChange]], bytes]
 FRAME_ENCODERS: dict[str, FrameEncoder] = {"json": json_frame, "xml": xml_frame}
 """The encoder of each format a subscribe message may ask for."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedFrame:
+    """One frame as sent, with the position and time of its last change: where a
+    subscription stands once the frame is sent."""
+
+    data: bytes
+    last: Position
+    until: datetime
+
+
+def encode_frames(
+    encode: FrameEncoder,
+    topic: str,
+    epoch: str,
+    start: datetime,
+    until: datetime,
+    changes: Sequence[PushedChange],
+    *,
+    max_bytes: int = MAX_FRAME_BYTES,
+) -> list[EncodedFrame]:
+    """A batch as frames of at most ``max_bytes`` each: one frame, the same bytes as
+    ``encode`` gives, when it fits; else the batch halved, recursively, each part's ``until``
+    the time of its last change and the next part's ``from`` that same time, so consecutive
+    frames stay contiguous. A single change larger than ``max_bytes`` (bigger than
+    :data:`MAX_CHANGE_BYTES`) still gets a frame of its own: the caller decides."""
+    frame = encode(topic, epoch, start, until, changes)
+    if len(frame) <= max_bytes or len(changes) <= 1:
+        return [EncodedFrame(frame, changes[-1].position, until)]
+    half = len(changes) // 2
+    middle = from_us(changes[half - 1].time_us)
+    return [
+        *encode_frames(encode, topic, epoch, start, middle, changes[:half], max_bytes=max_bytes),
+        *encode_frames(encode, topic, epoch, middle, until, changes[half:], max_bytes=max_bytes),
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from .closing import ProtocolError
 
 MAX_SEQ = 2**64 - 1
 """A stream id's sequence part is an unsigned 64-bit integer."""
+MAX_MS = 2**64 - 1
+"""So is its milliseconds part: Redis refuses a larger one, so the parser does first."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -28,6 +30,11 @@ class Position:
         ms, sep, seq = text.partition("-")
         if not (ms.isascii() and ms.isdigit() and (not sep or (seq.isascii() and seq.isdigit()))):
             raise ProtocolError(f"position {text!r} is not a stream id like 1700000000000-0")
+        # 2**64 - 1 has 20 digits: longer text is out of range before int() reads it.
+        if len(ms) > 20 or len(seq) > 20 or int(ms) > MAX_MS or int(seq or 0) > MAX_SEQ:
+            raise ProtocolError(
+                f"position {text!r} is out of range: both parts are unsigned 64-bit integers"
+            )
         return cls(int(ms), int(seq or 0))
 
     def __str__(self) -> str:

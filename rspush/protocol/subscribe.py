@@ -17,6 +17,9 @@ from .names import PROTOCOL_VERSION
 from .positions import Position
 
 MAX_TOPICS = 256
+MAX_SUBSCRIBE_BYTES = 64 * 1024
+"""The largest message a client may send: a subscribe naming :data:`MAX_TOPICS` topics, each
+with a position, an epoch and a time, fits it; the hub closes on a larger one (1009)."""
 
 
 class TopicRequest(BaseModel):

@@ -16,6 +16,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from rspush.protocol import (
+    MAX_FRAME_BYTES,
     ChangesFrame,
     CloseCode,
     HistoryInsufficient,
@@ -91,7 +92,11 @@ async def push_changes(
     subclass) on every abnormal end."""
     request = Subscribe(type="subscribe", format=fmt, token=token, topics=list(topics))
     try:
-        async with connect(url, open_timeout=open_timeout, max_size=None, compression=None) as ws:
+        # The hub's frames never pass MAX_FRAME_BYTES: a larger one is refused (close 1009),
+        # so a hostile or broken endpoint cannot make the agent buffer without bound.
+        async with connect(
+            url, open_timeout=open_timeout, max_size=MAX_FRAME_BYTES, compression=None
+        ) as ws:
             await ws.send(request.encode())
             async for frame in ws:
                 try:

@@ -4,11 +4,15 @@
 Each batch is encoded once per format and the same bytes go to every live subscriber through
 ``websockets.broadcast`` (no per-connection encoding, no per-connection coroutine). Batching
 adapts by itself: ``XREAD`` returns whatever arrived since the last read, so under light load
-a change goes out alone at once and under heavy load batches grow up to ``MAX_BATCH``.
+a change goes out alone at once and under heavy load batches grow up to ``MAX_BATCH``; a batch
+whose frame would pass :data:`rspush.protocol.MAX_FRAME_BYTES` or ``send_buffer_bytes`` goes
+out as several contiguous frames.
 
 Backpressure: before each broadcast a connection whose transport write buffer is over
 ``send_buffer_bytes`` is closed with :attr:`CloseCode.SLOW_CONSUMER` and its resume position,
-so one slow Destination never slows the others or grows the hub's memory without bound.
+so one slow Destination never slows the others or grows the hub's memory without bound. A
+subscription still replaying is bounded by its replay's sends (:mod:`.flow`) and by
+``max_pending_batches``.
 """
 
 from __future__ import annotations
@@ -22,12 +26,22 @@ from datetime import datetime
 
 from websockets.asyncio.server import ServerConnection, broadcast
 
-from rspush.protocol import FRAME_ENCODERS, ZERO, CloseCode, Position, close_reason
+from rspush.protocol import (
+    FRAME_ENCODERS,
+    MAX_FRAME_BYTES,
+    ZERO,
+    CloseCode,
+    EncodedFrame,
+    Position,
+    close_reason,
+    encode_frames,
+)
 from rspush.resourcesync.w3cdt import from_us
 
 from ..errors import StoreUnavailable
 from ..rotation import cancel_and_wait
 from ..store import StreamEntry, TopicStore
+from .flow import close_slow
 
 RETRY_S = 0.5
 """Pause before the reader retries a failed read of the stream."""
@@ -42,7 +56,7 @@ class Batch:
     changes: list[StreamEntry]
     start: datetime
     until: datetime
-    encoded: dict[str, bytes] = field(default_factory=dict)
+    encoded: dict[str, list[EncodedFrame]] = field(default_factory=dict)
 
     @property
     def last(self) -> Position:
@@ -73,6 +87,7 @@ class TopicFeed:
         epoch: str,
         send_buffer_bytes: int,
         max_pending_batches: int,
+        close_timeout_s: float = 5.0,
         on_sent: Callable[[str, int, int, float], None] | None = None,
         on_slow: Callable[[str], None] | None = None,
     ) -> None:
@@ -81,6 +96,7 @@ class TopicFeed:
         self.epoch = epoch
         self.send_buffer_bytes = send_buffer_bytes
         self.max_pending_batches = max_pending_batches
+        self.close_timeout_s = close_timeout_s
         self.subscriptions: set[Subscription] = set()
         self.last = ZERO
         self.last_until: datetime | None = None
@@ -88,6 +104,7 @@ class TopicFeed:
         self.on_slow = on_slow
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._closing: set[asyncio.Task[None]] = set()
         self.ready = asyncio.Event()
 
     async def start(self) -> None:
@@ -131,13 +148,35 @@ class TopicFeed:
             self.last_until = until
             self.deliver(Batch(changes, start, until))
 
-    def encoded(self, batch: Batch, fmt: str) -> bytes:
-        frame = batch.encoded.get(fmt)
-        if frame is None:
-            encode = FRAME_ENCODERS[fmt]
-            frame = encode(self.topic, self.epoch, batch.start, batch.until, batch.changes)
-            batch.encoded[fmt] = frame
-        return frame
+    def encoded(self, batch: Batch, fmt: str) -> list[EncodedFrame]:
+        """The batch's frames in ``fmt`` (one unless it passes the frame size bound),
+        encoded once for every subscriber."""
+        frames = batch.encoded.get(fmt)
+        if frames is None:
+            frames = self.encode(batch.changes, batch.start, batch.until, fmt)
+            batch.encoded[fmt] = frames
+        return frames
+
+    def encode(
+        self, changes: list[StreamEntry], start: datetime, until: datetime, fmt: str
+    ) -> list[EncodedFrame]:
+        # A frame no larger than the send buffer either: the buffer then bounds what one
+        # connection holds (limit + one frame) in replay as live.
+        frames = encode_frames(
+            FRAME_ENCODERS[fmt],
+            self.topic,
+            self.epoch,
+            start,
+            until,
+            changes,
+            max_bytes=min(MAX_FRAME_BYTES, self.send_buffer_bytes),
+        )
+        if any(len(frame.data) > MAX_FRAME_BYTES for frame in frames):
+            # Only a single change larger than MAX_CHANGE_BYTES gets here.
+            log.error(
+                "topic %s: change %s exceeds the frame size bound", self.topic, frames[-1].last
+            )
+        return frames
 
     def deliver(self, batch: Batch) -> None:
         """Hand a batch to every subscription: broadcast to the live ones, queue for the
@@ -159,7 +198,8 @@ class TopicFeed:
             sub.until = batch.until
         lag = time.time() - batch.changes[0].position.ms / 1000
         for fmt, connections in by_format.items():
-            broadcast(connections, self.encoded(batch, fmt), text=True)
+            for frame in self.encoded(batch, fmt):
+                broadcast(connections, frame.data, text=True)
             if self.on_sent is not None:
                 self.on_sent(self.topic, len(connections), len(batch.changes), lag)
 
@@ -175,14 +215,11 @@ class TopicFeed:
         if self.on_slow is not None:
             self.on_slow(self.topic)
         reason = close_reason({self.topic: sub.last_sent})
-        asyncio.create_task(_close(sub.connection, CloseCode.SLOW_CONSUMER, reason))
-
-
-async def _close(connection: ServerConnection, code: int, reason: str) -> None:
-    # A slow consumer's buffer may never drain: do not wait for its closing handshake.
-    try:
-        async with asyncio.timeout(1.0):
-            await connection.close(code, reason)
-    except TimeoutError:
-        if connection.transport is not None:
-            connection.transport.abort()
+        task = asyncio.create_task(
+            close_slow(
+                sub.connection, CloseCode.SLOW_CONSUMER, reason, deadline_s=self.close_timeout_s
+            )
+        )
+        # The loop keeps only weak references to tasks: hold it until it is done.
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)

@@ -8,6 +8,12 @@ falls) and lets :func:`rspush.protocol.decide_resume` pick the resume point or r
 batches start queueing), replays every change after the resume point in bounded pages, then
 flushes the queued batches skipping what the replay already sent: no gap and no duplicate at
 the seam.
+
+Bounds (docs/protocol.md, "Limits"): the opening handshake has ``open_timeout_s``, the
+subscribe message :data:`SUBSCRIBE_TIMEOUT_S`; sockets are capped per process and per client
+address from the moment they are accepted (:mod:`.limits`); every send waits at most
+``stall_timeout_s`` for a full send buffer (:mod:`.flow`), in replay as live, so a client
+that stops reading is closed as a slow consumer instead of holding memory.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import resource
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +32,9 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from rspush.protocol import (
-    FRAME_ENCODERS,
+    MAX_SUBSCRIBE_BYTES,
     CloseCode,
+    EncodedFrame,
     HistoryInsufficient,
     ProtocolError,
     Refusal,
@@ -44,11 +53,59 @@ from ..errors import StoreUnavailable
 from ..materialise import Urls
 from ..settings import Settings
 from ..store import StreamEntry, TopicStore
-from .feed import Batch, Subscription, TopicFeed
+from .feed import Subscription, TopicFeed
+from .flow import Stalled, close_slow, send_bounded
+from .limits import ConnectionLimiter, connection_cap, service_unavailable
+from .logfilter import RateLimitFilter
 
 log = logging.getLogger("rspush.hub.push")
 REPLAY_PAGE = 1000
 SUBSCRIBE_TIMEOUT_S = 10.0
+SHUTDOWN_SETTLE_S = 1.0
+# Loggers that can repeat one error per socket: asyncio's accept() failures ("Too many open
+# files") and websockets' failed handshakes.
+FLOODED_LOGGERS = ("asyncio", "websockets.server")
+
+
+class _Stalled(Exception):
+    """A replay send found the client not reading: close it with its resume position."""
+
+    def __init__(self, sub: Subscription) -> None:
+        super().__init__(sub.topic)
+        self.sub = sub
+
+
+class LimitedConnection(ServerConnection):
+    """A push connection counted against the caps from the moment it is accepted; over a
+    cap, it is answered 503 and closed before any handshake."""
+
+    limiter: ConnectionLimiter
+    socket_send_buffer: int | None = None
+    _address: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if self.socket_send_buffer is not None and sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.socket_send_buffer)
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        refusal = self.limiter.admit(address)
+        if refusal is None:
+            self._address = address
+            return
+        assert isinstance(transport, asyncio.Transport)
+        # Before the request is read, so the descriptor is freed at once instead of after the
+        # handshake timeout (an idle socket sends no request). A client whose request is
+        # already in flight may see a reset instead of the 503: refused either way.
+        transport.write(service_unavailable(refusal))
+        transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._address is not None:
+            self.limiter.release(self._address)
+            self._address = None
+        super().connection_lost(exc)
 
 
 class PushServer:
@@ -67,7 +124,25 @@ class PushServer:
         self.on_sent = on_sent
         self.on_slow = on_slow
         self.on_subscribers = on_subscribers
+        push = settings.push
+        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.limiter = ConnectionLimiter(
+            max_total=connection_cap(
+                push.max_connections, None if fd_limit == resource.RLIM_INFINITY else fd_limit
+            ),
+            max_per_address=push.max_connections_per_address,
+        )
+        self._log_filter = RateLimitFilter(push.error_log_interval_s)
+        self._replay_slots = asyncio.Semaphore(push.replay_concurrency)
+        self._subscribing = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._server: Any = None
+
+    @property
+    def connections(self) -> int:
+        """Push sockets this process holds, handshaking ones included."""
+        return self.limiter.total
 
     async def start(self, sock: Any) -> None:
         push = self.settings.push
@@ -78,24 +153,42 @@ class PushServer:
                 epoch=await self.store.epoch(topic.name),
                 send_buffer_bytes=push.send_buffer_bytes,
                 max_pending_batches=push.max_pending_batches,
+                close_timeout_s=push.close_timeout_s,
                 on_sent=self.on_sent,
                 on_slow=self.on_slow,
             )
             await feed.start()
             self.feeds[topic.name] = feed
+        for name in FLOODED_LOGGERS:
+            logging.getLogger(name).addFilter(self._log_filter)
+        connection_class = type(
+            "PushConnection",
+            (LimitedConnection,),
+            {"limiter": self.limiter, "socket_send_buffer": push.socket_send_buffer_bytes},
+        )
         self._server = await serve(
             self.handle,
             sock=sock,
+            open_timeout=push.open_timeout_s,
             ping_interval=push.ping_interval_s,
             ping_timeout=push.ping_timeout_s,
+            close_timeout=push.close_timeout_s,
             compression=None,  # frames are sent once to many: per-connection deflate defeats it
-            max_size=64 * 1024,  # clients only send small control messages
+            max_size=MAX_SUBSCRIBE_BYTES,  # clients only send small control messages
             write_limit=push.send_buffer_bytes,
+            create_connection=connection_class,
         )
 
     async def stop(self) -> None:
         if self._server is not None:
-            # Tell every client to resume elsewhere, with its positions.
+            # Subscribe messages being served finish registering their topics first (briefly:
+            # a long replay is not waited for), so each resume map names every topic.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SHUTDOWN_SETTLE_S):
+                    await self._settled.wait()
+            # Tell every client to resume elsewhere, with its positions, one after the other
+            # (each map is taken as late as possible); a client that does not read holds
+            # the shutdown for one close deadline.
             for connection in list(self._server.connections):
                 resume = {
                     sub.topic: sub.last_sent
@@ -103,13 +196,19 @@ class PushServer:
                     for sub in feed.subscriptions
                     if sub.connection is connection
                 }
-                with contextlib.suppress(Exception):
-                    await connection.close(CloseCode.SHUTDOWN, close_reason(resume))
+                await close_slow(
+                    connection,
+                    CloseCode.SHUTDOWN,
+                    close_reason(resume),
+                    deadline_s=self.settings.push.close_timeout_s,
+                )
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         for feed in self.feeds.values():
             await feed.stop()
+        for name in FLOODED_LOGGERS:
+            logging.getLogger(name).removeFilter(self._log_filter)
 
     async def handle(self, connection: ServerConnection) -> None:
         subs: list[Subscription] = []
@@ -119,25 +218,43 @@ class PushServer:
             request = parse_subscribe(raw)
             for topic_request in request.topics:
                 self._authorise(topic_request.topic, request.token)
-            for topic_request in request.topics:
-                outcome = await self._subscribe(connection, topic_request, request.format)
-                if isinstance(outcome, HistoryInsufficient):
-                    with contextlib.suppress(ConnectionClosed):
-                        await connection.send(outcome.encode())
-                    await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
-                    return
-                subs.append(outcome)
-            self._count()
+            self._subscribing += 1
+            self._settled.clear()
+            try:
+                for topic_request in request.topics:
+                    outcome = await self._subscribe(connection, topic_request, request.format)
+                    if isinstance(outcome, HistoryInsufficient):
+                        with contextlib.suppress(ConnectionClosed, Stalled):
+                            await self._write(connection, outcome.encode().encode())
+                        await connection.close(
+                            CloseCode.HISTORY_INSUFFICIENT, "history insufficient"
+                        )
+                        return
+                    subs.append(outcome)
+            finally:
+                self._subscribing -= 1
+                if self._subscribing == 0:
+                    self._settled.set()
             async for _ in connection:
                 pass  # nothing else is expected; pings are answered by websockets itself
         except ProtocolError as exc:
-            await _refuse(connection, CloseCode.PROTOCOL_ERROR, "protocol-error", str(exc))
+            await self._refuse(connection, CloseCode.PROTOCOL_ERROR, "protocol-error", str(exc))
         except TimeoutError:
-            await _refuse(
+            await self._refuse(
                 connection, CloseCode.PROTOCOL_ERROR, "protocol-error", "no subscribe message"
             )
         except _Refused as exc:
-            await _refuse(connection, exc.code, exc.kind, exc.message)
+            await self._refuse(connection, exc.code, exc.kind, exc.message)
+        except _Stalled as exc:
+            resume = {sub.topic: sub.last_sent for sub in [*subs, exc.sub]}
+            if self.on_slow is not None:
+                self.on_slow(exc.sub.topic)
+            await close_slow(
+                connection,
+                CloseCode.SLOW_CONSUMER,
+                close_reason(resume),
+                deadline_s=self.settings.push.close_timeout_s,
+            )
         except ConnectionClosed:
             pass
         except StoreUnavailable as exc:
@@ -210,10 +327,16 @@ class PushServer:
             until=feed.last_until if start is None else None,
         )
         # From here on live batches queue in sub.pending: nothing is sent before the
-        # "subscribed" message, and nothing after the position it names is missed.
+        # "subscribed" message, and nothing after the position it names is missed. It counts
+        # as a subscriber from here on, replaying or not.
         feed.subscriptions.add(sub)
+        self._count()
         try:
-            await connection.send(Subscribed(topic, meta.epoch, sub.last_sent).encode())
+            subscribed = Subscribed(topic, meta.epoch, sub.last_sent).encode().encode()
+            try:
+                await self._write(connection, subscribed)
+            except Stalled:
+                raise _Stalled(sub) from None
             if sub.until is None and start is not None:
                 at = await self.store.entry_at(topic, start)
                 sub.until = since if at is None else from_us(at.time_us)
@@ -238,32 +361,41 @@ class PushServer:
         """Send every stored change after ``sub.last_sent`` in pages, then the queued live
         batches minus what the replay sent; None once the subscription is live."""
         while True:
-            changes = await self.store.entries_after(feed.topic, sub.last_sent, count=REPLAY_PAGE)
-            # Retention may have trimmed past our cursor since the subscription was decided:
-            # the page would then silently start after a gap. The trim records how far it
-            # went in the same script, so reading it *after* the page is enough.
-            meta = await self.store.push_meta(feed.topic)
-            facts = StreamFacts(
-                epoch=epoch,
-                archive=archive,
-                oldest=await self.store.oldest(feed.topic),
-                trimmed=meta.trimmed,
-                trimmed_time=meta.trimmed_time,
-            )
-            gap = check_replay(feed.topic, sub.last_sent, facts)
-            if gap is not None:
-                return gap
-            if changes:
-                await self._send(connection, feed, sub, changes)
-            if len(changes) < REPLAY_PAGE:
+            # Pages are read and encoded a few at a time per process: a burst of replaying
+            # clients then holds a few pages of entries at once, not one each, and cannot
+            # starve the live feed. Sending happens outside, with only the frames kept.
+            async with self._replay_slots:
+                changes = await self.store.entries_after(
+                    feed.topic, sub.last_sent, count=REPLAY_PAGE
+                )
+                # Retention may have trimmed past our cursor since the subscription was
+                # decided: the page would then silently start after a gap. The trim records
+                # how far it went in the same script, so reading it *after* the page is enough.
+                meta = await self.store.push_meta(feed.topic)
+                facts = StreamFacts(
+                    epoch=epoch,
+                    archive=archive,
+                    oldest=await self.store.oldest(feed.topic),
+                    trimmed=meta.trimmed,
+                    trimmed_time=meta.trimmed_time,
+                )
+                gap = check_replay(feed.topic, sub.last_sent, facts)
+                if gap is not None:
+                    return gap
+                full = len(changes) == REPLAY_PAGE
+                frames = self._frames(feed, sub, changes) if changes else []
+                del changes
+            while frames:
+                await self._send_frame(connection, sub, frames.pop(0))
+            if not full:
                 break
         # Seam: queued live batches, minus what the replay already sent.
         while sub.pending:
             batch = sub.pending.pop(0)
             fresh = [c for c in batch.changes if c.position > sub.last_sent]
             if len(fresh) == len(batch.changes) and batch.start == sub.until:
-                await connection.send(feed.encoded(batch, sub.format).decode())
-                sub.last_sent, sub.until = batch.last, batch.until
+                for frame in feed.encoded(batch, sub.format):
+                    await self._send_frame(connection, sub, frame)
             elif fresh:
                 await self._send(connection, feed, sub, fresh)
         sub.live = True
@@ -276,12 +408,43 @@ class PushServer:
         sub: Subscription,
         changes: list[StreamEntry],
     ) -> None:
+        """Send ``changes`` (the fresh part of a queued batch) as frames contiguous with
+        what the subscription was sent before."""
+        frames = self._frames(feed, sub, changes)
+        while frames:
+            await self._send_frame(connection, sub, frames.pop(0))
+
+    @staticmethod
+    def _frames(
+        feed: TopicFeed, sub: Subscription, changes: list[StreamEntry]
+    ) -> list[EncodedFrame]:
         until = from_us(changes[-1].time_us)
         start = sub.until or from_us(changes[0].time_us)
-        batch = Batch(changes, start, until)
-        frame = FRAME_ENCODERS[sub.format](feed.topic, feed.epoch, start, until, changes)
-        await connection.send(frame.decode())
-        sub.last_sent, sub.until = batch.last, until
+        return feed.encode(changes, start, until, sub.format)
+
+    async def _write(self, connection: ServerConnection, data: bytes) -> None:
+        await send_bounded(connection, data, stall_s=self.settings.push.stall_timeout_s)
+
+    async def _send_frame(
+        self, connection: ServerConnection, sub: Subscription, frame: EncodedFrame
+    ) -> None:
+        try:
+            await self._write(connection, frame.data)
+        except Stalled:
+            # The frame is queued ahead of the close frame: a client that reads up to the
+            # close frame has it, so the resume position includes it.
+            sub.last_sent, sub.until = frame.last, frame.until
+            raise _Stalled(sub) from None
+        sub.last_sent, sub.until = frame.last, frame.until
+
+    async def _refuse(
+        self, connection: ServerConnection, code: int, kind: str, message: str
+    ) -> None:
+        with contextlib.suppress(ConnectionClosed, Stalled):
+            await self._write(connection, Refusal(kind, message).encode().encode())
+        await close_slow(
+            connection, code, message[:120], deadline_s=self.settings.push.close_timeout_s
+        )
 
 
 def _drop(feed: TopicFeed, sub: Subscription) -> None:
@@ -295,9 +458,3 @@ class _Refused(Exception):
         self.code = code
         self.kind = kind
         self.message = message
-
-
-async def _refuse(connection: ServerConnection, code: int, kind: str, message: str) -> None:
-    with contextlib.suppress(ConnectionClosed):
-        await connection.send(Refusal(kind, message).encode())
-    await connection.close(code, message[:120])

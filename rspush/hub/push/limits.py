@@ -1,0 +1,60 @@
+"""How many push sockets one hub process holds: per process and per client address, counted
+from the moment a socket is accepted (before its handshake), so idle and half-open sockets
+count too. Pure bookkeeping; the server refuses with HTTP 503 before any upgrade."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+FD_RESERVE = 256
+"""Descriptors kept for everything else of the process: the HTTP edge's connections, the
+Redis pool (up to 200), log and data files — or a quarter of the limit when it is small."""
+
+
+def connection_cap(configured: int, fd_limit: int | None) -> int:
+    """The per-process cap actually applied: the configured one, lowered to stay below the
+    file-descriptor limit (``fd_limit``; None when unlimited) minus a reserve."""
+    if fd_limit is None:
+        return configured
+    return max(1, min(configured, fd_limit - min(FD_RESERVE, fd_limit // 4)))
+
+
+@dataclass
+class ConnectionLimiter:
+    """Counts open push sockets; :meth:`admit` says why one is refused (None: admitted)."""
+
+    max_total: int
+    max_per_address: int
+    total: int = 0
+    by_address: Counter[str] = field(default_factory=Counter)
+
+    def admit(self, address: str) -> str | None:
+        if self.total >= self.max_total:
+            return f"this hub holds its maximum of {self.max_total} push connections; retry later"
+        if self.by_address[address] >= self.max_per_address:
+            return (
+                f"at most {self.max_per_address} push connections per client address; retry later"
+            )
+        self.total += 1
+        self.by_address[address] += 1
+        return None
+
+    def release(self, address: str) -> None:
+        self.total -= 1
+        self.by_address[address] -= 1
+        if self.by_address[address] <= 0:
+            del self.by_address[address]
+
+
+def service_unavailable(message: str) -> bytes:
+    """A complete HTTP/1.1 503 response, written in place of the handshake's answer."""
+    body = (message + "\n").encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Retry-After: 5\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
