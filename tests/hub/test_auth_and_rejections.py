@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ from rspush.hub.server import RunningHub
 from rspush.resourcesync import parse_document
 from tests.support.fragments import TOKEN_A, TOKEN_B, auth, change_fragment
 from tests.support.hubs import HubFactory
+from tests.support.rejections import Clock, Unchanged, seeded
 
 RS = (
     'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
@@ -33,89 +33,6 @@ def resource_list(*locs: str, at: datetime) -> bytes:
         f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}>'
         f'<rs:md capability="resourcelist" at="{iso(at)}"/>{urls}</urlset>'
     ).encode()
-
-
-async def snapshot(redis_url: str, prefix: str) -> dict[str, tuple[str, Any]]:
-    """TYPE and content of every key under ``prefix``. Left out: TTLs, and the rotation
-    lease, which the rotator renews (or loses, on a stalled loop) on its own schedule."""
-    client = Redis.from_url(redis_url)
-    try:
-        dump: dict[str, tuple[str, Any]] = {}
-        raw: Any
-        async for raw in client.scan_iter(match=f"{prefix}:*", count=1000):
-            key = raw.decode()
-            if key.endswith(":lease"):
-                continue
-            kind = (await client.type(raw)).decode()  # type: ignore[union-attr]
-            value: Any
-            if kind == "stream":
-                info = await client.xinfo_stream(raw)
-                value = (
-                    await client.xrange(raw),
-                    info.get("last-generated-id"),
-                    info.get("entries-added"),
-                )
-            elif kind == "hash":
-                value = await client.hgetall(raw)
-            elif kind == "list":
-                value = await client.lrange(raw, 0, -1)
-            elif kind == "string":
-                value = await client.get(raw)
-            elif kind == "set":
-                value = sorted(await client.smembers(raw))
-            elif kind == "zset":
-                value = await client.zrange(raw, 0, -1, withscores=True)
-            else:
-                value = None
-            dump[key] = (kind, value)
-        return dump
-    finally:
-        await client.aclose()
-
-
-class Unchanged:
-    """``async with Unchanged(url, prefix):`` fails if any key under the prefix changed."""
-
-    def __init__(self, redis_url: str, prefix: str) -> None:
-        self.redis_url = redis_url
-        self.prefix = prefix
-        self.before: dict[str, tuple[str, Any]] = {}
-
-    async def __aenter__(self) -> Unchanged:
-        self.before = await snapshot(self.redis_url, self.prefix)
-        assert self.before, "snapshot of an empty prefix proves nothing"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            assert await snapshot(self.redis_url, self.prefix) == self.before
-
-
-class Clock:
-    """Strictly increasing change times near the real clock."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.last = start or datetime.now(UTC) - timedelta(minutes=10)
-
-    def __call__(self) -> str:
-        self.last = max(datetime.now(UTC) - timedelta(minutes=5), self.last + timedelta(seconds=1))
-        return iso(self.last)
-
-
-async def seeded(client: httpx.AsyncClient, clock: Clock, topic: str = "dataset1") -> None:
-    """Something in every key of the topic, so a stray write has something to change."""
-    token = TOKEN_A if topic == "dataset1" else TOKEN_B
-    body = change_fragment(
-        ("http://example.com/a", "created", clock()),
-        ("http://example.com/b", "created", clock()),
-        ("http://example.com/b", "deleted", clock()),
-    )
-    reply = await client.post(
-        f"/topics/{topic}/changes",
-        content=body,
-        headers={**auth(token), "Idempotency-Key": f"seed-{topic}"},
-    )
-    assert reply.status_code == 202, reply.text
 
 
 def hub_link(base: str, topic: str = "dataset1") -> str:

@@ -22,9 +22,10 @@ from bench.harness.hub import AUTH as HUB_AUTH
 from bench.harness.hub import hub_config
 from bench.harness.system import free_port, stop_process
 from rspush.hub.server import RunningHub
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import TOKEN_A, HubFactory, auth, change_fragment, iso
-from tests.hub.test_auth_and_rejections import Clock, Unchanged, seeded
+from tests.support.fragments import TOKEN_A, auth, change_fragment, iso
+from tests.support.hubs import HubFactory
+from tests.support.rejections import Clock, Unchanged, seeded
+from tests.support.waiting import TIMEOUT_SCALE
 
 BODY_TIMEOUT_S = 1.0
 HEALTHZ_BOUND_S = 0.25

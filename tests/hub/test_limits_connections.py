@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from rspush.hub.connections import RateLimitFilter, connection_cap
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import HubFactory
+from tests.support.hubs import HubFactory
+from tests.support.waiting import TIMEOUT_SCALE
 
 HEADER_TIMEOUT_S = 1.0
 CLOSE_BOUND_S = HEADER_TIMEOUT_S + 4.0 * TIMEOUT_SCALE

@@ -27,8 +27,9 @@ from rspush.hub.server import bind, running_hub
 from rspush.hub.settings import Settings
 from rspush.resourcesync import parse_document
 from rspush.resourcesync.schema import schema_errors
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import auth, make_settings
+from tests.support.fragments import auth
+from tests.support.hubs import make_settings
+from tests.support.waiting import TIMEOUT_SCALE
 
 TOPIC = "/topics/dataset1"
 OK_LOC = "http://example.com/resource"

@@ -27,8 +27,9 @@ from rspush.hub.server import RunningHub
 from rspush.hub.settings import Settings
 from rspush.protocol import MAX_FRAME_BYTES, CloseCode, TopicRequest
 from rspush.subscriber.push import PushError, push_changes
-from tests.hub.conftest import Times
-from tests.hub.test_push import custom_hub, eventually, post, subscribed
+from tests.support.fragments import Times
+from tests.support.push import custom_hub, post, subscribed
+from tests.support.waiting import eventually
 
 PADDING = "p" * 200
 

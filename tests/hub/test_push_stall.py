@@ -35,8 +35,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rspush.hub.auth import token_sha256
 from rspush.resourcesync.w3cdt import format_w3c_datetime
-from tests.conftest import TIMEOUT_SCALE
-from tests.hub.conftest import TOKEN_A, auth, change_fragment, eventually
+from tests.support.fragments import TOKEN_A, auth, change_fragment
+from tests.support.waiting import TIMEOUT_SCALE, eventually
 
 HISTORY = 10_000
 STALLED = 200
