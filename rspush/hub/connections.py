@@ -57,10 +57,17 @@ _REQUEST_TIMEOUT = _plain_response("408 Request Timeout", "the request did not a
 _BUSY = _plain_response("503 Service Unavailable", "too many open connections", "retry-after: 1")
 
 
-def connection_cap(configured: int, fd_limit: int | None, *, redis_connections: int) -> int:
-    """How many HTTP connections the process may hold: ``configured``, lowered to half the
-    descriptors left once Redis's pool and :data:`FD_RESERVE` are counted (the other half is
-    for the push port). ``fd_limit`` None means unlimited."""
+REDIS_MAX_CONNECTIONS = 200
+"""The hub's Redis connection pool, counted in the descriptor budget."""
+
+
+def connection_cap(
+    configured: int, fd_limit: int | None, *, redis_connections: int = REDIS_MAX_CONNECTIONS
+) -> int:
+    """How many connections one listener (HTTP, or push) may hold: ``configured``, lowered to
+    half the descriptors left once Redis's pool and :data:`FD_RESERVE` are counted; the two
+    listeners share the budget, so together they stay below the limit. ``fd_limit`` None
+    means unlimited."""
     if fd_limit is None:
         return configured
     share = (fd_limit - redis_connections - FD_RESERVE) // 2
@@ -200,6 +207,8 @@ class RateLimitFilter(logging.Filter):
 def _flood_prone(record: logging.LogRecord) -> bool:
     if record.name == log.name:
         return True
+    if record.name.startswith("websockets.server") and record.levelno >= logging.WARNING:
+        return True  # failed handshakes: one per hostile or broken connection
     message = str(record.msg)
     if "Too many open files" in message or "out of system resource" in message:
         return True

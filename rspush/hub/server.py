@@ -21,6 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from .app import Hub, build_app
 from .connections import (
     MAX_HEAD_BYTES,
+    REDIS_MAX_CONNECTIONS,
     connection_cap,
     guarded_protocol,
     limit_flood_logging,
@@ -59,7 +60,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 CLUSTER_SCHEME = "redis+cluster://"
-REDIS_MAX_CONNECTIONS = 200
 REDIS_POOL_TIMEOUT_S = 20.0
 
 

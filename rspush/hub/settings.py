@@ -136,8 +136,6 @@ class Push(BaseModel):
     """The kernel's send buffer per push socket (SO_SNDBUF); None lets the kernel size it
     (up to net.ipv4.tcp_wmem's maximum, 4 MiB by default, per connection). A bound here
     caps the kernel memory a stalled client holds and makes it a slow consumer sooner."""
-    error_log_interval_s: float = Field(10.0, gt=0)
-    """Repeated accept and handshake errors are logged at most once per interval."""
 
 
 class Limits(BaseModel):

@@ -178,3 +178,17 @@ def test_descriptor_exhaustion_logs_one_line_per_interval() -> None:
     finally:
         logger.removeFilter(flood)
         logger.removeHandler(handler)
+
+
+def test_failed_push_handshakes_are_rate_limited_too() -> None:
+    # One per hostile or broken connection: the push port shares the HTTP edge's filter.
+    flood = RateLimitFilter(interval_s=60)
+
+    def record(level: int) -> logging.LogRecord:
+        return logging.LogRecord(
+            "websockets.server", level, __file__, 1, "opening handshake failed", None, None
+        )
+
+    assert flood.filter(record(logging.ERROR))
+    assert not any(flood.filter(record(logging.ERROR)) for _ in range(1000))
+    assert flood.filter(record(logging.INFO))  # below WARNING: never limited

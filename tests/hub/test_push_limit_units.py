@@ -1,25 +1,18 @@
-"""Pure parts of the push channel's bounds: connection caps, the 503 answer, rate-limited
-logging. No sockets."""
+"""Pure parts of the push channel's bounds: the connection cap, the 503 answer. No sockets.
+(Rate-limited logging, shared with the HTTP edge, is tested in test_limits_connections.)"""
 
 from __future__ import annotations
 
-import logging
-
-from rspush.hub.push.limits import (
-    FD_RESERVE,
-    ConnectionLimiter,
-    connection_cap,
-    service_unavailable,
-)
-from rspush.hub.push.logfilter import RateLimitFilter
+from rspush.hub.connections import connection_cap
+from rspush.hub.push.limits import ConnectionLimiter, service_unavailable
 
 
-def test_the_cap_stays_below_the_descriptor_limit() -> None:
-    assert connection_cap(10_000, 1024) == 1024 - FD_RESERVE
+def test_the_push_and_http_caps_together_stay_below_the_descriptor_limit() -> None:
+    # Each listener gets half of what Redis's pool and the reserve leave.
+    assert connection_cap(10_000, 1024) == (1024 - 200 - 64) // 2
+    assert 2 * connection_cap(10_000, 1024) + 200 < 1024
     assert connection_cap(100, 1024) == 100
     assert connection_cap(10_000, None) == 10_000
-    assert connection_cap(10_000, 400) == 300  # a small limit keeps a quarter in reserve
-    assert connection_cap(10_000, 1) == 1
 
 
 def test_limiter_counts_per_process_and_per_address() -> None:
@@ -45,21 +38,3 @@ def test_service_unavailable_is_a_complete_response() -> None:
     assert head.startswith(b"HTTP/1.1 503 ")
     assert f"Content-Length: {len(body)}".encode() in head
     assert body == b"full; retry later\n"
-
-
-def test_rate_limit_filter_logs_each_message_once_per_interval() -> None:
-    now = [0.0]
-    limiter = RateLimitFilter(10.0, clock=lambda: now[0])
-
-    def record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:
-        return logging.LogRecord("asyncio", level, __file__, 1, msg, None, None)
-
-    accept = "socket.accept() out of system resource\nsocket: <socket fd=%d>"
-    assert limiter.filter(record(accept % 1))
-    assert not any(limiter.filter(record(accept % n)) for n in range(2, 1000))
-    assert limiter.filter(record("another error"))  # keyed by message
-    assert limiter.filter(record("debug noise", logging.DEBUG))
-    now[0] = 10.5
-    passed = record(accept % 1001)
-    assert limiter.filter(passed)
-    assert "998 more" in str(passed.msg)

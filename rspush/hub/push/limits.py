@@ -7,18 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-FD_RESERVE = 256
-"""Descriptors kept for everything else of the process: the HTTP edge's connections, the
-Redis pool (up to 200), log and data files — or a quarter of the limit when it is small."""
-
-
-def connection_cap(configured: int, fd_limit: int | None) -> int:
-    """The per-process cap actually applied: the configured one, lowered to stay below the
-    file-descriptor limit (``fd_limit``; None when unlimited) minus a reserve."""
-    if fd_limit is None:
-        return configured
-    return max(1, min(configured, fd_limit - min(FD_RESERVE, fd_limit // 4)))
-
 
 @dataclass
 class ConnectionLimiter:

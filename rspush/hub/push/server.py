@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import resource
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -49,14 +48,14 @@ from rspush.protocol import (
 from rspush.resourcesync.w3cdt import from_us
 
 from ..auth import token_sha256
+from ..connections import connection_cap, limit_flood_logging, open_file_limit
 from ..errors import StoreUnavailable
 from ..materialise import Urls
 from ..settings import Settings
 from ..store import StreamEntry, TopicStore
 from .feed import Subscription, TopicFeed
 from .flow import Stalled, close_slow, send_bounded
-from .limits import ConnectionLimiter, connection_cap, service_unavailable
-from .logfilter import RateLimitFilter
+from .limits import ConnectionLimiter, service_unavailable
 
 log = logging.getLogger("rspush.hub.push")
 REPLAY_PAGE = 1000
@@ -64,7 +63,6 @@ SUBSCRIBE_TIMEOUT_S = 10.0
 SHUTDOWN_SETTLE_S = 1.0
 # Loggers that can repeat one error per socket: asyncio's accept() failures ("Too many open
 # files") and websockets' failed handshakes.
-FLOODED_LOGGERS = ("asyncio", "websockets.server")
 
 
 class _Stalled(Exception):
@@ -125,14 +123,10 @@ class PushServer:
         self.on_slow = on_slow
         self.on_subscribers = on_subscribers
         push = settings.push
-        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.limiter = ConnectionLimiter(
-            max_total=connection_cap(
-                push.max_connections, None if fd_limit == resource.RLIM_INFINITY else fd_limit
-            ),
+            max_total=connection_cap(push.max_connections, open_file_limit()),
             max_per_address=push.max_connections_per_address,
         )
-        self._log_filter = RateLimitFilter(push.error_log_interval_s)
         self._replay_slots = asyncio.Semaphore(push.replay_concurrency)
         self._subscribing = 0
         self._settled = asyncio.Event()
@@ -159,8 +153,7 @@ class PushServer:
             )
             await feed.start()
             self.feeds[topic.name] = feed
-        for name in FLOODED_LOGGERS:
-            logging.getLogger(name).addFilter(self._log_filter)
+        limit_flood_logging()
         connection_class = type(
             "PushConnection",
             (LimitedConnection,),
@@ -207,8 +200,6 @@ class PushServer:
                 await self._server.wait_closed()
         for feed in self.feeds.values():
             await feed.stop()
-        for name in FLOODED_LOGGERS:
-            logging.getLogger(name).removeFilter(self._log_filter)
 
     async def handle(self, connection: ServerConnection) -> None:
         subs: list[Subscription] = []
