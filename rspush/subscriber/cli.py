@@ -65,6 +65,7 @@ from .errors import DiscoveryError, StateLockedError, SubscriberError
 from .logs import EventWriter, setup_logging
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
 from .push_failures import guarded
+from .source_auth import source_auth
 
 app = typer.Typer(
     add_completion=False,
@@ -443,7 +444,9 @@ async def _watch(
     token: str | None,
 ) -> int:
     try:
-        async with httpx.AsyncClient(timeout=30, follow_redirects=True) as client:
+        async with httpx.AsyncClient(
+            timeout=30, follow_redirects=True, auth=source_auth(source_url, token)
+        ) as client:
             endpoints = await discover(client, source_url, topic)
         if endpoints.push_url is None:
             typer.echo(

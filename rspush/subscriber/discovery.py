@@ -414,7 +414,10 @@ def choose(topics: list[TopicEndpoints], topic: str | None) -> TopicEndpoints:
         matching = [t for t in topics if t.topic == topic]
         if not matching:
             where = f" (Capability List {topics[0].capability_list})" if len(topics) == 1 else ""
-            raise DiscoveryError(f"no topic {topic!r}; the Source has: {names}{where}")
+            raise DiscoveryError(
+                f"no topic {topic!r}; the Source has: {names}{where} (a hub lists a private "
+                "topic only to its subscribers: --token or RSPUSH_SUBSCRIBER_TOKEN)"
+            )
         if len(matching) > 1:
             urls = ", ".join(t.capability_list for t in matching)
             raise DiscoveryError(

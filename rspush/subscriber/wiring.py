@@ -26,6 +26,7 @@ from .mapping import UriMap
 from .mirror import EventSink, Mirror
 from .reader import DocumentReader
 from .redirects import RedirectPolicy
+from .source_auth import source_auth
 from .stopping import sleep_unless_stopped, unless_stopped
 
 log = logging.getLogger("rs_subscribe")
@@ -35,7 +36,10 @@ log = logging.getLogger("rs_subscribe")
 async def http_client(config: AgentConfig) -> AsyncIterator[httpx.AsyncClient]:
     headers = {"User-Agent": USER_AGENT}
     async with httpx.AsyncClient(
-        timeout=config.http_timeout, follow_redirects=True, headers=headers
+        timeout=config.http_timeout,
+        follow_redirects=True,
+        headers=headers,
+        auth=source_auth(config.source_url, config.token),
     ) as client:
         yield client
 

@@ -57,6 +57,8 @@ class Origin:
         """``http://127.0.0.1:PORT``, no trailing slash."""
         self.requests: Counter[str] = Counter()
         """GETs per path (``/a/b.txt``), whatever the answer was (200 or 404)."""
+        self.authorizations: list[str] = []
+        """Every ``Authorization`` header the origin was sent (a token must never be)."""
         self.clock = Times()
         """The Source's clock: strictly increasing change times for :func:`publish`."""
         self._served: dict[str, _Served] = {}
@@ -93,6 +95,8 @@ class Origin:
         path = request.scope["path"]
         if request.method == "GET":
             self.requests[path] += 1
+        if "authorization" in request.headers:
+            self.authorizations.append(request.headers["authorization"])
         served = self._served.get(path)
         if served is None:
             return Response(b"not found\n", status_code=404, media_type="text/plain")
