@@ -14,7 +14,7 @@
     │   ├── DocumentRejected      unsafe-xml, document-too-large, malformed-xml,
     │   │                         wrong-namespace, not-resourcesync, invalid-document,
     │   │                         wrong-capability, empty, too-many-entries,
-    │   │                         future-change-time, forward-order
+    │   │                         entry-too-large, future-change-time, forward-order
     │   ├── ChangeTimeBackwards   change-time-backwards (+ topic, first_us, last_us)
     │   ├── ConflictingChange     conflicting-change (+ topic, entry)
     │   └── IdempotencyKeyReused  idempotency-key-reused
@@ -53,6 +53,7 @@ class Code(StrEnum):
     WRONG_CAPABILITY = "wrong-capability"
     EMPTY = "empty"
     TOO_MANY_ENTRIES = "too-many-entries"
+    ENTRY_TOO_LARGE = "entry-too-large"
     FUTURE_CHANGE_TIME = "future-change-time"
     FORWARD_ORDER = "forward-order"
     CHANGE_TIME_BACKWARDS = "change-time-backwards"

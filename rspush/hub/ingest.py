@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rspush.protocol import change_json
+from rspush.protocol import MAX_CHANGE_BYTES, change_json
 from rspush.resourcesync import (
     Capability,
     Change,
@@ -175,7 +175,16 @@ def plan_changes(
                 entry=index,
             )
         previous = moment
-        records.append(_record(entry, moment))
+        record = _record(entry, moment)
+        if max(len(record.entry_xml), len(record.entry_json)) > MAX_CHANGE_BYTES:
+            # A pushed frame carries at least one whole change (docs/protocol.md, limits).
+            raise DocumentRejected(
+                Code.ENTRY_TOO_LARGE,
+                f"entry {index}: more than {MAX_CHANGE_BYTES:,} bytes once published; "
+                "a change must fit one push frame",
+                entry=index,
+            )
+        records.append(record)
     return IngestPlan(records, stamped)
 
 

@@ -14,6 +14,7 @@ from rspush.hub.ingest import (
     parse_fragment,
     plan_seed,
 )
+from rspush.protocol import MAX_CHANGE_BYTES
 from rspush.resourcesync import Severity, parse_document, validate
 from rspush.resourcesync.w3cdt import from_us, to_us
 from tests.support.ingest import NOW, RS, TOLERANCE, fragment, plan, rejected, url
@@ -244,3 +245,22 @@ def test_plan_seed_limits_entries() -> None:
     with pytest.raises(IngestError) as excinfo:
         plan_seed(doc, max_entries=1)
     assert rejected(excinfo)[:2] == (413, "too-many-entries")
+
+
+def test_plan_rejects_an_entry_too_large_for_one_push_frame() -> None:
+    # A frame carries at least one whole change: an entry past that is refused at ingest,
+    # not split or dropped later (docs/protocol.md, limits).
+    links = "".join(
+        f'<rs:ln rel="alternate" href="http://e.org/a/mirror/{i:06d}/with/a/long/path.html"/>'
+        for i in range(60_000)
+    )
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?><urlset {RS}><rs:md capability="changelist"/>'
+        f'<url><loc>http://e.org/a</loc><rs:md change="created" datetime="2026-03-01T10:00:00Z"/>'
+        f"{links}</url></urlset>"
+    ).encode()
+    assert len(body) > MAX_CHANGE_BYTES
+    with pytest.raises(IngestError) as excinfo:
+        plan(parse_fragment(body, max_bytes=len(body)))
+    assert rejected(excinfo)[:2] == (413, "entry-too-large")
+    assert excinfo.value.entry == 0
