@@ -45,6 +45,12 @@ class HubMetrics:
             ["topic"],
             registry=self.registry,
         )
+        self.push_connections = Gauge(
+            "rspush_push_connections",
+            "Sockets this process holds on the push port, counted from accept (handshaking, "
+            "replaying and live ones alike)",
+            registry=self.registry,
+        )
         self.changes_sent = Counter(
             "rspush_push_changes_sent",
             "Changes broadcast live (one per change per subscriber; replays not counted)",

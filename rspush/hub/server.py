@@ -166,6 +166,7 @@ async def running_hub(
                 on_subscribers=lambda topic, n: hub.metrics.subscribers.labels(topic).set(n),
             )
             await push.start(push_sock)
+            hub.metrics.push_connections.set_function(lambda: push.connections)
             running.push = push
             running.push_url = f"ws://{_url_host(host)}:{push_port}/"
         yield running
