@@ -12,6 +12,10 @@ configuration error ends :meth:`Agent.run`. A stop request is honoured within
 Resuming after poll or catch-up is by time (``since``, inclusive): changes already applied
 come again and are skipped (:mod:`rspush.subscriber.decide`), so nothing is missed and nothing is
 applied twice.
+
+Why one module of this size: each state's I/O (baseline, push session, polling, catch-up)
+shares the agent's running parts and its stop handling; the decisions themselves live in the
+small pure modules above.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ subscribe message :data:`SUBSCRIBE_TIMEOUT_S`; sockets are capped per process an
 address from the moment they are accepted (:mod:`.limits`); every send waits at most
 ``stall_timeout_s`` for a full send buffer (:mod:`.flow`), in replay as live, so a client
 that stops reading is closed as a slow consumer instead of holding memory.
+
+Why one module of this size: one connection's life (admission, subscribe, resume decision,
+replay, seam, close) works on that connection's state at every step; the pure parts are in
+:mod:`rspush.protocol` (messages, frames, the resume decision), :mod:`.limits` and
+:mod:`.flow`.
 """
 
 from __future__ import annotations
