@@ -20,13 +20,10 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from rspush.hub.server import RunningHub
 from rspush.hub.settings import Settings
-from rspush.protocol import MAX_FRAME_BYTES, CloseCode, TopicRequest
-from rspush.subscriber.push import PushError, push_changes
+from rspush.protocol import CloseCode
 from tests.support.fragments import Times
 from tests.support.push import custom_hub, post, subscribed
 from tests.support.waiting import eventually
@@ -190,36 +187,3 @@ async def test_idle_sockets_are_dropped_after_the_handshake_timeout(
         writer.close()
         await writer.wait_closed()
         await eventually(lambda: running.push.connections == 0, what="the socket released")
-
-
-@pytest.mark.timeout(30)
-async def test_the_agent_refuses_a_frame_past_the_bound() -> None:
-    huge = {
-        "type": "changes",
-        "topic": "t",
-        "epoch": "e",
-        "changes": [
-            {
-                "position": "1-0",
-                "loc": "http://example.com/" + "x" * MAX_FRAME_BYTES,
-                "change": "created",
-                "datetime": "2026-01-01T00:00:00Z",
-            }
-        ],
-    }
-
-    async def hostile(connection: ServerConnection) -> None:
-        await connection.recv()
-        await connection.send(json.dumps(huge))
-        await connection.wait_closed()
-
-    async with serve(hostile, "127.0.0.1", 0, max_size=None) as server:
-        port = server.sockets[0].getsockname()[1]
-        with pytest.raises(PushError) as failed:
-            async with asyncio.timeout(20):
-                async for _ in push_changes(f"ws://127.0.0.1:{port}/", [TopicRequest(topic="t")]):
-                    pass
-        # The agent itself closed with 1009, message too big (RFC 6455 §7.4.1).
-        closed = failed.value.__cause__
-        assert isinstance(closed, ConnectionClosed) and closed.sent is not None
-        assert closed.sent.code == 1009
