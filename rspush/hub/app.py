@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 
 from redis.asyncio import Redis
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -57,7 +58,7 @@ from .materialise import Urls
 from .metrics import HubMetrics
 from .rotation import RotationPolicy, Rotator
 from .service import IngestService
-from .serving import XML, serve
+from .serving import XML, DateHeader, serve
 from .settings import Settings
 from .store import TopicStore
 
@@ -387,5 +388,8 @@ def build_app(hub: Hub) -> Starlette:
             await hub.stop()
 
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HubError: error_response}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HubError: error_response},
+        middleware=[Middleware(DateHeader)],
     )

@@ -130,6 +130,7 @@ async def running_hub(
         log_level="warning",
         lifespan="on",
         access_log=False,
+        date_header=False,  # the app dates each response itself (serving.DateHeader)
         timeout_graceful_shutdown=5,
         # The h11 protocol with deadlines on reading requests and a connection cap
         # (:mod:`.connections`); named, so installing httptools cannot swap it out.

@@ -12,6 +12,7 @@ from email.utils import format_datetime, parsedate_to_datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rspush.protocol import PUSH_REL
 
@@ -86,3 +87,28 @@ def _etags(header: str | None) -> set[str]:
     if not header:
         return set()
     return {part.strip().removeprefix("W/") for part in header.split(",")}
+
+
+class DateHeader:
+    """ASGI middleware: every response's ``Date`` is taken when the response starts.
+
+    The server's own ``Date`` (uvicorn's, turned off in :mod:`.server`) is refreshed by its
+    main loop about once a second and lags further when the loop is busy, so it could name a
+    second before a ``Last-Modified`` this module sent — which RFC 9110 §8.8.2.1 forbids, and
+    which makes caches distrust the document's date."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def dated(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                now = format_datetime(datetime.now(UTC), usegmt=True).encode()
+                message = {**message, "headers": [*message.get("headers", []), (b"date", now)]}
+            await send(message)
+
+        await self.app(scope, receive, dated)
