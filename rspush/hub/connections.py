@@ -41,7 +41,9 @@ event loop's own, libraries'."""
 MIN_CONNECTIONS = 32
 
 
-def _plain_response(status: str, text: str, *extra: str) -> bytes:
+def plain_response(status: str, text: str, *extra: str) -> bytes:
+    """A complete HTTP/1.1 text response that closes the connection, written straight to a
+    transport (before any protocol took the connection over)."""
     body = text.encode() + b"\n"
     head = [
         f"HTTP/1.1 {status}",
@@ -53,8 +55,8 @@ def _plain_response(status: str, text: str, *extra: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-_REQUEST_TIMEOUT = _plain_response("408 Request Timeout", "the request did not arrive in time")
-_BUSY = _plain_response("503 Service Unavailable", "too many open connections", "retry-after: 1")
+_REQUEST_TIMEOUT = plain_response("408 Request Timeout", "the request did not arrive in time")
+_BUSY = plain_response("503 Service Unavailable", "too many open connections", "retry-after: 1")
 
 
 REDIS_MAX_CONNECTIONS = 200

@@ -6,7 +6,8 @@ machine can reach it and no port can collide). ``appendfsync`` is ``everysec`` (
 one second of acknowledged writes lost if the *machine* crashes; nothing lost if only the hub
 or the server process dies) or ``always`` (fsync before every reply; slower). See docs/hub.md.
 
-One server per data dir, ever (two appending to one AOF corrupt it):
+One server per data dir, ever (two appending to one AOF corrupt it) — the lock, the
+leftover check and the process handling stay in this one module (hence its length):
 
 - :class:`DataDirLock` — an exclusive ``flock`` held for as long as the owner lives. The
   kernel drops it when the owner dies, however it dies, so a killed process never leaves a
@@ -253,8 +254,6 @@ class EmbeddedRedis:
         """Lock the directory, stop a leftover server, start the process (do not wait)."""
         if self.running:
             raise EmbeddedServerError("the embedded server is already running")
-        if self._process is not None and self._process.stderr is not None:
-            self._process.stderr.close()  # a server that died: restarting it
         self._lock.acquire()
         self.stop_leftover()
         self.socket.unlink(missing_ok=True)
@@ -262,7 +261,7 @@ class EmbeddedRedis:
             self.command(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # it logs to valkey.log
             preexec_fn=_die_with_parent(),  # only a prctl call: safe beside threads
         )
 
@@ -370,8 +369,6 @@ class EmbeddedRedis:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
         finally:
             self._lock.release()
 

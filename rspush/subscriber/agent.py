@@ -50,6 +50,7 @@ from .push import (
     push_changes,
 )
 from .push_failures import guarded
+from .source_auth import push_token
 from .states import Event, Machine, State, holds_watermark, retries_failures
 from .stopping import sleep_unless_stopped
 from .watermark import Watermark
@@ -255,7 +256,7 @@ class Agent:
             await self._follow_channels()
         finally:
             retries.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await retries
 
     async def _retry_failures(self) -> None:
@@ -265,8 +266,13 @@ class Agent:
         mirror = self._need().mirror
         while True:
             await asyncio.sleep(self.config.retry_interval)
-            if retries_failures(self.machine.state):
+            if not retries_failures(self.machine.state):
+                continue
+            try:
                 await mirror.retry_failures(self.config.max_tries, lambda: self.stopping)
+            except Exception:
+                # Never end silently: later rounds retry what this one could not.
+                log.exception("retrying failed changes failed; trying again later")
 
     async def _follow_channels(self) -> None:
         parts = self._need()
@@ -316,7 +322,8 @@ class Agent:
     async def _push_session(self, url: str, request: TopicRequest, backoff: Backoff) -> None:
         # Every way the channel fails (a 502 to the upgrade, a connection closed before
         # the 101, a reset) becomes a PushError: reconnect with backoff, poll meanwhile.
-        stream = guarded(push_changes(url, [request], token=self.config.token), url)
+        token = push_token(url, self.config.source_url, self.config.token)
+        stream = guarded(push_changes(url, [request], token=token), url)
         async with contextlib.aclosing(stream) as items:
             async for item in items:
                 await self._pushed(item, backoff)

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Final
 import httpx
 import typer
 
-from rspush.protocol import ProtocolError, TopicRequest
+from rspush.protocol import CloseCode, ProtocolError, TopicRequest
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .agent import Agent, AgentConfig
@@ -65,7 +65,7 @@ from .errors import DiscoveryError, StateLockedError, SubscriberError
 from .logs import EventWriter, setup_logging
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
 from .push_failures import guarded
-from .source_auth import source_auth
+from .source_auth import push_token, source_auth
 
 app = typer.Typer(
     add_completion=False,
@@ -94,7 +94,7 @@ _EXITS: Final[tuple[tuple[type[Exception], int, str], ...]] = (
 )
 ENDING_ERRORS: Final = tuple(kind for kind, _, _ in _EXITS)
 """What a command catches and turns into an exit status; anything else is a bug."""
-_REFUSING_CLOSE_CODES: Final = frozenset({4001, 4004})  # unauthorised, unknown topic
+_REFUSING_CLOSE_CODES: Final = frozenset({CloseCode.UNAUTHORISED, CloseCode.UNKNOWN_TOPIC})
 
 
 def exit_status(exc: Exception) -> tuple[int, str]:
@@ -462,6 +462,7 @@ async def _watch(
         return _fail(str(exc), EXIT_USAGE, debug=False)
     try:
         url = endpoints.push_url
+        token = push_token(url, source_url, token)
         async for item in guarded(push_changes(url, [request], fmt=fmt, token=token), url):
             if isinstance(item, Change):
                 sys.stdout.write(json.dumps(item.as_json(), separators=(",", ":")) + "\n")

@@ -4,6 +4,10 @@ Changes of one URI are applied in the order they were submitted; different URIs 
 concurrently, up to ``concurrency`` at once. The checkpoint's watermark only moves over a
 gap-free prefix of finished changes (:class:`rspush.subscriber.watermark.WatermarkTracker`), written
 in the same transaction as the change that moved it.
+
+Why one module of this size: the queue per URI, the look-ahead that lets a newer change
+supersede a queued one, the verification and the checkpoint write share one lock-free state
+(the queues and the in-flight set) that must change in one place.
 """
 
 from __future__ import annotations

@@ -48,10 +48,21 @@ METADATA_ADDRESSES: Final[frozenset[IPAddress]] = frozenset(
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): its last 32 bits are an IPv4 address."""
+
+
 def address_kind(address: IPAddress) -> str | None:
     """None for a public address; else the kind of internal one (pure)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        # An IPv4 address inside an IPv6 one reaches that IPv4 host: judge the host.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is None and int(address) >> 32 == 0 and int(address) > 1:
+            embedded = ipaddress.IPv4Address(int(address))  # IPv4-compatible, ::a.b.c.d
+        if embedded is not None:
+            address = embedded
     if address in METADATA_ADDRESSES:
         return "metadata"
     if address.is_loopback:

@@ -36,5 +36,5 @@ def test_service_unavailable_is_a_complete_response() -> None:
     raw = service_unavailable("full; retry later")
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 ")
-    assert f"Content-Length: {len(body)}".encode() in head
+    assert f"content-length: {len(body)}".encode() in head.lower()
     assert body == b"full; retry later\n"

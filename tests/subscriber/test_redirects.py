@@ -151,3 +151,12 @@ async def test_a_public_source_may_not_redirect_to_an_internal_address(
 )
 def test_address_kinds(address: str, kind: str | None) -> None:
     assert address_kind(ipaddress.ip_address(address)) == kind
+
+
+def test_ipv4_addresses_inside_ipv6_ones_are_judged_by_the_ipv4_host() -> None:
+    # NAT64 (RFC 6052), 6to4 and IPv4-compatible forms reach the embedded IPv4 host.
+    assert address_kind(ipaddress.ip_address("64:ff9b::a9fe:a9fe")) == "metadata"
+    assert address_kind(ipaddress.ip_address("2002:7f00:1::")) == "loopback"
+    assert address_kind(ipaddress.ip_address("::7f00:1")) == "loopback"
+    assert address_kind(ipaddress.ip_address("::ffff:10.0.0.1")) == "private"
+    assert address_kind(ipaddress.ip_address("2606:4700:4700::1111")) is None

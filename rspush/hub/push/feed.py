@@ -146,7 +146,12 @@ class TopicFeed:
             start = self.last_until or from_us(changes[0].time_us)
             self.last = changes[-1].position
             self.last_until = until
-            self.deliver(Batch(changes, start, until))
+            try:
+                self.deliver(Batch(changes, start, until))
+            except Exception:
+                # A failed delivery must not end the reader (subscribers would wait for
+                # ever); whoever missed the batch is closed below the next time, or resumes.
+                log.exception("feed %s: delivering a batch failed", self.topic)
 
     def encoded(self, batch: Batch, fmt: str) -> list[EncodedFrame]:
         """The batch's frames in ``fmt`` (one unless it passes the frame size bound),

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..connections import plain_response
+
 
 @dataclass
 class ConnectionLimiter:
@@ -36,13 +38,5 @@ class ConnectionLimiter:
 
 
 def service_unavailable(message: str) -> bytes:
-    """A complete HTTP/1.1 503 response, written in place of the handshake's answer."""
-    body = (message + "\n").encode()
-    head = (
-        "HTTP/1.1 503 Service Unavailable\r\n"
-        "Content-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Retry-After: 5\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode() + body
+    """The 503 written in place of the handshake's answer."""
+    return plain_response("503 Service Unavailable", message, "retry-after: 5")

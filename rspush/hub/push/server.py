@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import socket
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from rspush.protocol import (
 )
 from rspush.resourcesync.w3cdt import from_us
 
-from ..auth import token_sha256
+from ..auth import find_holder
 from ..connections import connection_cap, limit_flood_logging, open_file_limit
 from ..errors import StoreUnavailable
 from ..materialise import Urls
@@ -66,8 +65,6 @@ log = logging.getLogger("rspush.hub.push")
 REPLAY_PAGE = 1000
 SUBSCRIBE_TIMEOUT_S = 10.0
 SHUTDOWN_SETTLE_S = 1.0
-# Loggers that can repeat one error per socket: asyncio's accept() failures ("Too many open
-# files") and websockets' failed handshakes.
 
 
 class _Stalled(Exception):
@@ -184,10 +181,12 @@ class PushServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SHUTDOWN_SETTLE_S):
                     await self._settled.wait()
-            # Tell every client to resume elsewhere, with its positions, one after the other
-            # (each map is taken as late as possible); a client that does not read holds
-            # the shutdown for one close deadline.
-            for connection in list(self._server.connections):
+
+            # Tell every client to resume elsewhere, with its positions; all at once, so
+            # clients that do not read hold the shutdown for one close deadline in all, not
+            # one each. Each map is taken just before its close frame is queued: nothing is
+            # sent to a connection after that.
+            async def close(connection: ServerConnection) -> None:
                 resume = {
                     sub.topic: sub.last_sent
                     for feed in self.feeds.values()
@@ -200,6 +199,8 @@ class PushServer:
                     close_reason(resume),
                     deadline_s=self.settings.push.close_timeout_s,
                 )
+
+            await asyncio.gather(*(close(c) for c in list(self._server.connections)))
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -278,11 +279,8 @@ class PushServer:
             raise _Refused(
                 CloseCode.UNAUTHORISED, "unauthorised", f"topic {topic!r} is private: send a token"
             )
-        digest = token_sha256(token)
-        allowed = False
-        for subscriber in self.settings.subscribers:
-            if hmac.compare_digest(digest, subscriber.token_sha256) and topic in subscriber.topics:
-                allowed = True
+        holder = find_holder(self.settings.subscribers, token)
+        allowed = holder is not None and topic in holder.topics
         if not allowed:
             raise _Refused(
                 CloseCode.UNAUTHORISED, "unauthorised", f"this token may not subscribe to {topic!r}"
