@@ -20,9 +20,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # tokens and settings live in locals
     no_args_is_help=True,
+    # Plain help, the same style as every rspush command; rich markup would eat the
+    # bracketed words of the help ("[hub] base_url") as style tags.
+    rich_markup_mode=None,
     help="The rspush hub: Sources post ResourceSync changes, Destinations pull or get pushed.",
 )
-token_app = typer.Typer(no_args_is_help=True, help="Source tokens.")
+token_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Source tokens.")
 app.add_typer(token_app, name="token")
 
 

@@ -50,7 +50,7 @@ def fragment_violations(document: Document) -> list[Violation]:
                 rule="fragment-empty", message="the fragment lists no changes", section=SECTION
             )
         )
-    found += [v for v in validate(document) if v.rule not in RELAXED_FOR_FRAGMENTS]
+    found += [v for v in validate(document) if v.rule not in _NOT_ASKED]
     return found
 
 
