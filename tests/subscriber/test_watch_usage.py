@@ -12,7 +12,8 @@ from tests.support.cli import rs_subscribe
     ("args", "says"),
     [
         (["--since", "bogus"], "rs-subscribe: --since: 'bogus' is not a W3C Datetime"),
-        (["--since", "2026-13-01"], "rs-subscribe: --since: '2026-13-01' is not a valid"),
+        (["--since", "2026-13-01T00:00Z"], "rs-subscribe: --since: '2026-13-01T00:00Z' is not a"),
+        (["--since", "17-x"], "rs-subscribe: --since: position '17-x' is not a stream id"),
     ],
 )
 async def test_a_bad_resume_point_is_one_line(args: list[str], says: str) -> None:
