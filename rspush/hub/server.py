@@ -8,16 +8,16 @@ import errno
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
 
 import uvicorn
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
+from .advertise import Announcement, advertised, is_wildcard, reachable_host, url_host
 from .app import Hub, build_app
 from .connections import (
     MAX_HEAD_BYTES,
@@ -43,6 +43,20 @@ class RunningHub:
     push_url: str | None = None
     """Where its WebSocket push endpoint listens (None when push is disabled)."""
     push: PushServer | None = None
+    listening_on_wildcard: bool = False
+    base_url_configured: bool = True
+
+    def announcement(self) -> Announcement:
+        """Where this process listens and the URLs its documents name."""
+        settings = self.hub.settings
+        return Announcement(
+            http=self.url,
+            push=self.push_url,
+            base_url=settings.hub.base_url,
+            push_url=self.hub.push_url,
+            wildcard=self.listening_on_wildcard,
+            base_url_configured=self.base_url_configured,
+        )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -93,15 +107,6 @@ class _Server(uvicorn.Server):
         yield
 
 
-def advertised_push_url(settings: Settings, port: int) -> str:
-    """The push URL documents name: configured, or the base URL's host on the push port."""
-    if settings.push.url:
-        return settings.push.url
-    base = urlsplit(settings.hub.base_url)
-    scheme = "wss" if base.scheme == "https" else "ws"
-    return f"{scheme}://{base.hostname}:{port}/"
-
-
 @asynccontextmanager
 async def running_hub(
     settings: Settings,
@@ -111,18 +116,18 @@ async def running_hub(
 ) -> AsyncIterator[RunningHub]:
     """Serve ``settings`` until the block exits. Redis must be reachable at
     ``settings.redis_url`` (the CLI starts the embedded server before calling this)."""
-    if settings.redis_url is None:
+    redis_url = settings.redis_url
+    if redis_url is None:
         raise ValueError("running_hub needs settings.redis_url (start EmbeddedRedis first)")
     sock = sock or bind(settings.host, settings.port)
     if settings.push.enabled and push_sock is None:
         push_sock = bind(settings.host, settings.push.port)
     push_port = push_sock.getsockname()[1] if push_sock is not None else None
-    redis = redis_client(settings.redis_url)
-    hub = Hub(
-        settings,
-        redis,
-        push_url=None if push_port is None else advertised_push_url(settings, push_port),
-    )
+    bound_host, bound_port = sock.getsockname()[:2]
+    base_url_configured = "base_url" in settings.hub.model_fields_set
+    settings = advertised(settings, bound_host, bound_port, push_port)
+    redis = redis_client(redis_url)
+    hub = Hub(settings, redis, push_url=None if push_port is None else settings.push.url)
     limits = settings.limits
     limit_flood_logging()
     config = uvicorn.Config(
@@ -156,8 +161,13 @@ async def running_hub(
                     task.result()  # raises the startup error
                     raise RuntimeError("hub stopped during startup")
                 await asyncio.sleep(0.01)
-        host, port = sock.getsockname()[:2]
-        running = RunningHub(hub=hub, url=f"http://{_url_host(host)}:{port}")
+        host = reachable_host(bound_host)
+        running = RunningHub(
+            hub=hub,
+            url=f"http://{url_host(host)}:{bound_port}",
+            listening_on_wildcard=is_wildcard(bound_host),
+            base_url_configured=base_url_configured,
+        )
         if push_sock is not None:
             push = PushServer(
                 settings,
@@ -169,7 +179,7 @@ async def running_hub(
             await push.start(push_sock)
             hub.metrics.push_connections.set_function(lambda: push.connections)
             running.push = push
-            running.push_url = f"ws://{_url_host(host)}:{push_port}/"
+            running.push_url = f"ws://{url_host(host)}:{push_port}/"
         yield running
     finally:
         if running is not None and running.push is not None:
@@ -181,10 +191,6 @@ async def running_hub(
         sock.close()
         if push_sock is not None:
             push_sock.close()
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 class ListenError(Exception):
@@ -199,12 +205,14 @@ def listen(what: str, host: str, port: int, option: str) -> socket.socket:
     except OSError as exc:
         reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
         raise ListenError(
-            f"cannot listen for {what} on {_url_host(host)}:{port} ({reason}): "
+            f"cannot listen for {what} on {url_host(host)}:{port} ({reason}): "
             f"choose another port with {option}",
         ) from exc
 
 
-async def serve_forever(settings: Settings) -> None:
+async def serve_forever(
+    settings: Settings, announce: Callable[[RunningHub], None] | None = None
+) -> None:
     """``rs-hub serve``: serve until SIGINT/SIGTERM; stop everything cleanly.
 
     Start-up order, each step before anything the next one starts, so that a refusal leaves
@@ -226,7 +234,12 @@ async def serve_forever(settings: Settings) -> None:
         stack.callback(sock.close)
         push_sock: socket.socket | None = None
         if settings.push.enabled:
-            push_sock = listen("push", settings.host, settings.push.port, "[push] port")
+            push_sock = listen(
+                "push",
+                settings.host,
+                settings.push.port,
+                "--push-port (or [push] port in the config)",
+            )
             stack.callback(push_sock.close)
         if settings.redis_url is None:
             embedded = EmbeddedRedis(settings.data_dir / "redis", appendfsync=settings.appendfsync)
@@ -243,11 +256,13 @@ async def serve_forever(settings: Settings) -> None:
         async with running_hub(settings, sock=sock, push_sock=push_sock) as running:
             log.warning(
                 "rspush hub serving %s on %s, push on %s (topics: %s)",
-                settings.hub.base_url,
+                running.hub.settings.hub.base_url,
                 running.url,
                 running.push_url or "-",
                 ", ".join(t.name for t in settings.topics) or "none",
             )
+            if announce is not None:
+                announce(running)
             await _supervise(stop, embedded)
 
 

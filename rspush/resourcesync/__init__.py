@@ -18,6 +18,7 @@ from .errors import (
     UnsafeXMLError,
     WrongNamespaceError,
 )
+from .fragments import fragment_violations, is_valid_fragment
 from .hashes import DigestEncoding, HashValue, parse_hashes
 from .models import (
     Capability,
@@ -64,6 +65,8 @@ __all__ = [
     "WrongNamespaceError",
     "document_type",
     "format_w3c_datetime",
+    "fragment_violations",
+    "is_valid_fragment",
     "is_valid",
     "iter_serialise",
     "parse_chunks",

@@ -20,6 +20,7 @@ import typer
 
 from . import namespaces as ns
 from .errors import DocumentError
+from .fragments import fragment_violations
 from .parser import parse_document
 from .schema import schema_errors
 from .validator import validate
@@ -28,6 +29,7 @@ from .violations import Severity, Violation
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # plain help, the same style as every rspush command
     help="Validate ResourceSync documents against the spec's rules (and, with --schema, "
     "the official XML Schemas).",
 )
@@ -96,7 +98,9 @@ def _fetch(url: str, max_bytes: int) -> bytes:
         raise FetchError(f"GET {url}: {exc}") from exc
 
 
-def check(source: str, data: bytes, *, with_schema: bool, max_bytes: int) -> Report:
+def check(
+    source: str, data: bytes, *, with_schema: bool, max_bytes: int, fragment: bool = False
+) -> Report:
     report = Report(source=source)
     try:
         document = parse_document(data, max_bytes=max_bytes)
@@ -106,7 +110,7 @@ def check(source: str, data: bytes, *, with_schema: bool, max_bytes: int) -> Rep
     report.document_type = document.type.value
     report.version = document.version
     report.entries = len(document.entries)
-    report.violations = validate(document)
+    report.violations = fragment_violations(document) if fragment else validate(document)
     if with_schema:
         report.schema = schema_errors(data)
     return report
@@ -154,6 +158,14 @@ def main(
     strict: Annotated[
         bool, typer.Option("--strict", help="Count warnings as failures too.")
     ] = False,
+    fragment: Annotated[
+        bool,
+        typer.Option(
+            "--fragment",
+            help="Check a Change List fragment as a hub accepts it from a Source "
+            "(rs:md from/until not required; at least one change).",
+        ),
+    ] = False,
     max_bytes: Annotated[
         int,
         typer.Option(
@@ -176,7 +188,9 @@ def main(
             typer.echo(f"rs-validate: {exc}", err=True)
             io_failed = True
             continue
-        reports.append(check(source, data, with_schema=schema, max_bytes=max_bytes))
+        reports.append(
+            check(source, data, with_schema=schema, max_bytes=max_bytes, fragment=fragment)
+        )
     if as_json:
         typer.echo(json.dumps([r.as_json(strict) for r in reports], indent=2))
     else:

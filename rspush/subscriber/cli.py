@@ -25,6 +25,7 @@ from typing import Annotated, Any, Final
 
 import httpx
 import typer
+from pydantic import ValidationError
 
 from rspush.protocol import CloseCode, ProtocolError, TopicRequest
 from rspush.resourcesync.w3cdt import format_w3c_datetime
@@ -351,7 +352,10 @@ def audit(
 @app.command()
 def status(
     state: Annotated[Path, typer.Option(help="The checkpoint file to read.")],
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="A JSON list: one object per Source and topic."),
+    ] = False,
 ) -> None:
     """Show where a state file's Sources and topics stand.
 
@@ -431,6 +435,12 @@ def watch(
     if fmt not in ("json", "xml"):
         typer.echo("rs-subscribe: --format is json or xml", err=True)
         raise typer.Exit(EXIT_USAGE)
+    try:
+        # Before any network: a resume point the protocol cannot carry is a usage error.
+        _request(topic or "any-topic", since, epoch)
+    except ValueError as exc:
+        typer.echo(f"rs-subscribe: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     token = token or os.environ.get("RSPUSH_SUBSCRIBER_TOKEN")
     raise typer.Exit(asyncio.run(_watch(source_url, topic, since, epoch, fmt, token)))
 
@@ -479,8 +489,16 @@ async def _watch(
 
 
 def _request(topic: str, since: str | None, epoch: str | None) -> TopicRequest:
-    if since is None:
-        return TopicRequest(topic=topic)
-    if since[:1].isdigit() and "-" in since and "T" not in since and ":" not in since:
-        return TopicRequest(topic=topic, position=since, epoch=epoch)
-    return TopicRequest(topic=topic, since=since)
+    """The subscription asked for; a ValueError in one line naming the option otherwise."""
+    try:
+        if since is None:
+            return TopicRequest(topic=topic)
+        if since[:1].isdigit() and "-" in since and "T" not in since and ":" not in since:
+            return TopicRequest(topic=topic, position=since, epoch=epoch)
+        return TopicRequest(topic=topic, since=since)
+    except ValidationError as exc:
+        # pydantic's own rendering spans several lines and names its internals.
+        first = exc.errors()[0]
+        option = "--epoch" if first["loc"][:1] == ("epoch",) else "--since"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{option}: {message}") from None
