@@ -39,20 +39,16 @@ from rspush.resourcesync import (
     parse_document,
     validate,
 )
+from rspush.resourcesync.fragments import FRAGMENT_CAPABILITIES, RELAXED_FOR_FRAGMENTS
 from rspush.resourcesync.serialiser import serialise_entry
 from rspush.resourcesync.w3cdt import to_us
 
 from .errors import Code, DocumentRejected
 
-CHANGE_CAPABILITIES = frozenset(
-    {
-        Capability.CHANGELIST.value,
-        Capability.CHANGE_NOTIFICATION.value,
-        Capability.CHANGELIST_NOTIFICATION.value,
-    }
-)
-# The hub assigns from/until to what it publishes; a fragment need not carry them.
-_RELAXED_RULES = frozenset({"time-from-missing", "time-until-missing"})
+# What a fragment may be and which rules it need not follow: shared with rs-validate
+# --fragment, so the validator says exactly what the hub would accept.
+CHANGE_CAPABILITIES = FRAGMENT_CAPABILITIES
+_RELAXED_RULES = RELAXED_FOR_FRAGMENTS
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ async def rs_validate(*args: str) -> tuple[int, str]:
 
 
 def test_the_rules_are_the_hubs() -> None:
-    # The hub's ingest keeps its own names for these; they must not drift apart.
+    # One definition, used by the hub's ingest and by rs-validate --fragment.
     assert ingest._RELAXED_RULES == RELAXED_FOR_FRAGMENTS
     assert ingest.CHANGE_CAPABILITIES == FRAGMENT_CAPABILITIES
 
