@@ -62,7 +62,7 @@ from .cli_options import (
 )
 from .deadlines import DEFAULT_GRACE, DEFAULT_MIN_RATE
 from .discovery import discover
-from .errors import DiscoveryError, StateLockedError, SubscriberError
+from .errors import DiscoveryError, StateLockedError, SubscriberError, TopicNotFound
 from .logs import EventWriter, setup_logging
 from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
 from .push_failures import guarded
@@ -98,6 +98,11 @@ ENDING_ERRORS: Final = tuple(kind for kind, _, _ in _EXITS)
 _REFUSING_CLOSE_CODES: Final = frozenset({CloseCode.UNAUTHORISED, CloseCode.UNKNOWN_TOPIC})
 
 
+_PRIVATE_HINT: Final = (
+    " (a hub lists a private topic only to its subscribers: --token or RSPUSH_SUBSCRIBER_TOKEN)"
+)
+
+
 def exit_status(exc: Exception) -> tuple[int, str]:
     """The exit status and one-line message for an error a command ends with (one of
     :data:`ENDING_ERRORS`). A push channel the hub closed as unauthorised or for an unknown
@@ -106,6 +111,8 @@ def exit_status(exc: Exception) -> tuple[int, str]:
         if isinstance(exc, kind):
             if isinstance(exc, PushError) and exc.code in _REFUSING_CLOSE_CODES:
                 code = EXIT_REFUSED
+            if isinstance(exc, TopicNotFound):
+                return code, prefix + str(exc) + _PRIVATE_HINT
             return code, prefix + str(exc)
     raise TypeError(f"no exit status for {type(exc).__name__}") from exc
 

@@ -43,7 +43,7 @@ from rspush.protocol import PUSH_REL
 from rspush.resourcesync import Capability, Document, DocumentError, DocumentType, parse_document
 
 from .deadlines import DOCUMENT_LIMITS, RateDeadline, TransferLimits
-from .errors import DiscoveryError
+from .errors import DiscoveryError, TopicNotFound
 from .links import (
     RESOURCESYNC_REL,
     WEB_SCHEMES,
@@ -414,10 +414,7 @@ def choose(topics: list[TopicEndpoints], topic: str | None) -> TopicEndpoints:
         matching = [t for t in topics if t.topic == topic]
         if not matching:
             where = f" (Capability List {topics[0].capability_list})" if len(topics) == 1 else ""
-            raise DiscoveryError(
-                f"no topic {topic!r}; the Source has: {names}{where} (a hub lists a private "
-                "topic only to its subscribers: --token or RSPUSH_SUBSCRIBER_TOKEN)"
-            )
+            raise TopicNotFound(f"no topic {topic!r}; the Source has: {names}{where}")
         if len(matching) > 1:
             urls = ", ".join(t.capability_list for t in matching)
             raise DiscoveryError(

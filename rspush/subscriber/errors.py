@@ -4,6 +4,7 @@ Tree::
 
     SubscriberError
     ├── DiscoveryError          the Source could not be discovered (subscriber.discovery)
+    │   └── TopicNotFound       the Source lists no topic of that name
     ├── UnmappedURIError        a URI maps outside the destination (or no --map covers it);
     │                           not retryable: the path stays refused
     ├── FetchError              a resource could not be fetched (HTTP status, network)
@@ -54,6 +55,11 @@ class DiscoveryError(SubscriberError):
         super().__init__(message)
         self.url = url
         self.transient = transient
+
+
+class TopicNotFound(DiscoveryError):
+    """The Source lists no topic of the name asked for (a hub lists a private topic only to
+    its subscribers)."""
 
 
 class UnmappedURIError(SubscriberError):
