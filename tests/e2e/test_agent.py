@@ -65,6 +65,8 @@ async def test_baseline_then_live_push(
                 ],
             )
             await converged(origin, dest)
+            # A file is in place a moment before its event: events follow the commit.
+            await eventually(lambda: len(run.applied("push")) >= 3, "three pushed changes")
             pushed = run.applied("push")
             # Different URIs are applied concurrently: compare as a set.
             assert {(e["uri"], e["change"]) for e in pushed} == {
