@@ -130,8 +130,12 @@ def plan_changes(
     now: datetime,
     max_entries: int,
     future_tolerance: timedelta,
+    stamp: datetime | None = None,
 ) -> IngestPlan:
-    """Check a parsed change fragment and turn it into records (or raise DocumentRejected)."""
+    """Check a parsed change fragment and turn it into records (or raise DocumentRejected).
+
+    Entries without a time get ``stamp`` (default ``now``); the times a Source gave must not
+    be more than ``future_tolerance`` ahead of ``now``, whatever the stamp."""
     if document.capability not in CHANGE_CAPABILITIES or document.is_index:
         raise DocumentRejected(
             Code.WRONG_CAPABILITY,
@@ -153,8 +157,8 @@ def plan_changes(
     stamped = False
     for index, entry in enumerate(document.entries):
         stamped = stamped or entry.change_time is None
-        moment = entry.change_time or now
-        if moment > latest_allowed:
+        moment = entry.change_time or stamp or now
+        if entry.change_time is not None and moment > latest_allowed:
             raise DocumentRejected(
                 Code.FUTURE_CHANGE_TIME,
                 f"entry {index}: change time {moment.isoformat()} is more than "

@@ -177,12 +177,13 @@ class IngestService:
         limits = self.settings.limits
         now = stamp = self.clock()
         for attempt in range(STAMP_RETRIES):
-            # The first plan checks every given time against the clock (future tolerance);
-            # a re-plan only moves the stamped times, the given ones are unchanged.
+            # Every plan checks the given times against the clock (future tolerance), never
+            # against the stamp; a re-plan only moves the stamped times.
             plan = await asyncio.to_thread(
                 plan_changes,
                 admitted.document,
-                now=stamp,
+                now=now,
+                stamp=stamp,
                 max_entries=limits.max_entries_per_request,
                 future_tolerance=timedelta(seconds=limits.future_tolerance_s),
             )

@@ -12,11 +12,13 @@ from rspush.hub.app import HTTP_STATUS
 from rspush.hub.errors import IngestError
 from rspush.hub.ingest import (
     parse_fragment,
+    plan_changes,
     plan_seed,
 )
 from rspush.protocol import MAX_CHANGE_BYTES
 from rspush.resourcesync import Severity, parse_document, validate
 from rspush.resourcesync.w3cdt import from_us, to_us
+from tests.support.fragments import iso
 from tests.support.ingest import NOW, RS, TOLERANCE, fragment, plan, rejected, url
 
 # --- hub.ingest: plan_changes -------------------------------------------------------------
@@ -264,3 +266,27 @@ def test_plan_rejects_an_entry_too_large_for_one_push_frame() -> None:
         plan(parse_fragment(body, max_bytes=len(body)))
     assert rejected(excinfo)[:2] == (413, "entry-too-large")
     assert excinfo.value.entry == 0
+
+
+def test_a_late_stamp_moves_stamped_times_but_not_the_future_bound_of_given_ones() -> None:
+    # After a Source dated a change ahead of the clock, the hub stamps later than its clock;
+    # the times other Sources give are still bounded by the clock, not by that stamp.
+    stamp = NOW + TOLERANCE
+    given = iso(NOW + TOLERANCE + timedelta(seconds=1))
+    with pytest.raises(IngestError) as excinfo:
+        plan_changes(
+            fragment(url("http://e.org/a", "created", given)),
+            now=NOW,
+            stamp=stamp,
+            max_entries=10,
+            future_tolerance=TOLERANCE,
+        )
+    assert excinfo.value.code == "future-change-time"
+    stamped = plan_changes(
+        fragment(url("http://e.org/b", "created")),
+        now=NOW,
+        stamp=stamp + timedelta(microseconds=1),
+        max_entries=10,
+        future_tolerance=TOLERANCE,
+    )
+    assert stamped.first_time_us == to_us(stamp) + 1
