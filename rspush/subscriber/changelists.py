@@ -15,14 +15,14 @@ first. From those the walker finds every change at or after a point in time, in 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rspush.resourcesync import Capability, Document
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .changes import Channel, ResourceChange, from_entry
+from .changes import ChangeType, Channel, ResourceChange, from_entry
 from .errors import SourceError
 from .reader import DocumentReader
 
@@ -46,6 +46,19 @@ class ArchiveTooShortError(SourceError):
 
 
 @dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A Change List entry the agent cannot place in time: reported as a failure, never
+    dropped in silence."""
+
+    uri: str
+    change: ChangeType
+    reason: str
+
+
+UnplacedSink = Callable[[Unplaced], None]
+
+
+@dataclass(frozen=True, slots=True)
 class ListRef:
     url: str
     start: datetime | None
@@ -60,8 +73,10 @@ class ChangeLists:
         capability_list: str,
         change_list: str | None,
         archive: str | None,
+        on_unplaced: UnplacedSink | None = None,
     ) -> None:
         self.reader = reader
+        self.on_unplaced = on_unplaced
         self.capability_list = capability_list
         self.change_list = change_list
         self.archive = archive
@@ -82,7 +97,7 @@ class ChangeLists:
                 self.reader.forget(ref.url)
                 document = await self.reader.get(ref.url, conditional=True)
                 assert document is not None
-            for change in _changes(document, moment, channel):
+            for change in self._changes(document, moment, channel):
                 yield change
 
     async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
@@ -109,7 +124,7 @@ class ChangeLists:
             async for change in self.since(moment, Channel.POLL):
                 yield change
             return
-        for change in _changes(document, moment, Channel.POLL):
+        for change in self._changes(document, moment, Channel.POLL):
             yield change
 
     async def _poll_index(self, url: str, moment: datetime | None) -> AsyncIterator[ResourceChange]:
@@ -142,8 +157,18 @@ class ChangeLists:
             document = await self.reader.get(ref.url, conditional=True)
             if document is None:
                 continue  # unchanged since we read it
-            for change in _changes(document, moment, Channel.POLL):
+            for change in self._changes(document, moment, Channel.POLL):
                 yield change
+
+    def _changes(
+        self, document: Document, moment: datetime | None, channel: Channel
+    ) -> list[ResourceChange]:
+        changes, unplaced = dated_changes(document, channel)
+        for entry in unplaced:
+            if self.on_unplaced is None:
+                raise SourceError(entry.reason)
+            self.on_unplaced(entry)
+        return [c for c in changes if moment is None or c.time >= moment]
 
     async def _open_list_url(self) -> str:
         if self.change_list is None:
@@ -219,14 +244,46 @@ def _order(ref: ListRef) -> tuple[bool, datetime, datetime]:
 
 _DAWN = datetime(1, 1, 1, tzinfo=UTC)
 
+_CHANGE_TYPES = frozenset(c.value for c in ChangeType)
 
-def _changes(document: Document, moment: datetime | None, channel: Channel) -> list[ResourceChange]:
+
+def dated_changes(
+    document: Document, channel: Channel
+) -> tuple[list[ResourceChange], list[Unplaced]]:
+    """Every entry of a Change List as a change, in document order, each with a time.
+
+    In ResourceSync 1.1 ``<lastmod>`` is optional and ``rs:md@datetime`` is a "may"; 1.0
+    Sources publish deletions with no time at all. An entry without one is timed by the list
+    (§12.1: entries are in forward chronological order, inside ``from``…``until``): the
+    previous entry's time, else the list's ``from``, else its ``until`` or ``at``. That is
+    the earliest time consistent with the order, and the same on every read of a list that
+    only grows, so the watermark and de-duplication (URI, time, change) stay exact. An entry
+    the list gives nothing to place by (no time before it, no ``from``, ``until`` nor ``at``)
+    is :class:`Unplaced`: a reported failure, never a silent skip."""
     if document.md.capability != Capability.CHANGELIST or document.is_index:
         raise SourceError(f"expected a Change List, got a {document.type}")
-    changes = []
+    md = document.md
+    placed_by = md.from_ or md.until or md.at
+    changes: list[ResourceChange] = []
+    unplaced: list[Unplaced] = []
     for entry in document.entries:
-        change = from_entry(entry, channel)
-        if change is None or (moment is not None and change.time < moment):
+        change = from_entry(entry, channel, default_time=placed_by)
+        if change is not None:
+            placed_by = change.time
+            changes.append(change)
             continue
-        changes.append(change)
-    return changes
+        kind = entry.md.change if entry.md is not None else None
+        if kind is None or kind in _CHANGE_TYPES:
+            unplaced.append(
+                Unplaced(
+                    entry.loc,
+                    ChangeType(kind or ChangeType.UPDATED),
+                    f"{entry.loc}: the entry has no time and the Change List none to place it "
+                    "by (no earlier entry's time, no from, until or at)",
+                )
+            )
+        else:
+            unplaced.append(
+                Unplaced(entry.loc, ChangeType.UPDATED, f"{entry.loc}: unknown change {kind!r}")
+            )
+    return changes, unplaced
