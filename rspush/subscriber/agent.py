@@ -192,7 +192,16 @@ class Agent:
             raise SourceError(
                 f"{endpoints.capability_list} offers no Resource List to baseline from"
             )
-        source = await open_resource_list(parts.reader, url)
+        try:
+            source = await open_resource_list(parts.reader, url)
+        except SourceError as exc:
+            # An advertised Resource Dump that is missing (404) or not a dump: the Resource
+            # List answers as well, as it does for a damaged package below.
+            if url == endpoints.resource_list or endpoints.resource_list is None or exc.transient:
+                raise
+            log.warning("%s; baseline from the Resource List instead", exc)
+            url = endpoints.resource_list
+            source = await open_resource_list(parts.reader, url)
         log.info("%s from %s", "rebaseline" if rebaseline else "baseline", url)
         started = datetime.now(UTC)
         mirror.checkpoint.start_baseline(now=started)
