@@ -78,6 +78,10 @@ class Agent:
         self._parts: AgentParts | None = None
         self._main: asyncio.Task[None] | None = None
         self.rebaselines = 0
+        self._last_baseline: float | None = None
+        """Event-loop time the last baseline completed (rebaselines are rate-limited)."""
+        self._deferred: str | None = None
+        """Why a rebaseline is being put off (logged once, not at every poll)."""
 
     @property
     def channel(self) -> State:
@@ -245,6 +249,7 @@ class Agent:
                     )
             await mirror.drain()
         watermark = Watermark(None, None, at)
+        self._last_baseline = asyncio.get_running_loop().time()
         mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC))
         mirror.set_watermark(watermark)
         # Right after any baseline, lists that still start later than its `at` are a
@@ -380,10 +385,48 @@ class Agent:
             )
             mirror.set_watermark(Watermark(mirror.epoch, None, start))
             return
+        wait = self._rebaseline_wait()
+        if wait > 0:
+            await self._follow_what_can_be(exc, wait)
+            return
+        self._deferred = None
         log.warning("%s: rebaselining", exc)
         mirror.report_rebaseline(str(exc))
         self.rebaselines += 1
         await self.baseline(rebaseline=True)
+
+    def _rebaseline_wait(self) -> float:
+        """Seconds until a rebaseline is allowed: at most one per ``rebaseline_interval``
+        after any baseline (a Source that keeps calling for one — its lists never show where
+        they start — is not re-read in full at every poll)."""
+        if self._last_baseline is None:
+            return 0.0
+        elapsed = asyncio.get_running_loop().time() - self._last_baseline
+        return max(0.0, self.config.rebaseline_interval - elapsed)
+
+    async def _follow_what_can_be(self, exc: ArchiveTooShortError, wait: float) -> None:
+        """A rebaseline must wait: apply what the Source's lists do hold after the
+        watermark (changes it may have lost before them are for the rebaseline to find)."""
+        parts = self._need()
+        mirror = parts.mirror
+        reason = str(exc)
+        if reason != self._deferred:
+            self._deferred = reason
+            log.warning(
+                "%s; the last baseline was %.0f s ago, rebaselining in %.0f s at the earliest "
+                "(--rebaseline-interval); following the Change Lists meanwhile",
+                reason,
+                self.config.rebaseline_interval - wait,
+                wait,
+            )
+        since = mirror.watermark.last_time
+        if since is None:
+            return
+        async for change in parts.lists.readable(since, Channel.POLL):
+            if self.stopping:
+                break
+            await mirror.submit(change)
+        await mirror.drain()
 
     async def _poll_for(self, seconds: float | None) -> None:
         """Poll the open Change List every ``poll_interval`` for ``seconds`` (None: until

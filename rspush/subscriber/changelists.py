@@ -31,12 +31,21 @@ MAX_ARCHIVE_PARTS = 1000
 
 
 class ArchiveTooShortError(SourceError):
-    def __init__(self, since: datetime, earliest: datetime | None) -> None:
-        reach = (
-            "no Change Lists at all"
-            if earliest is None
-            else f"its lists start at {format_w3c_datetime(earliest)}"
-        )
+    def __init__(self, since: datetime, earliest: datetime | None, lists: int = 0) -> None:
+        if earliest is not None:
+            reach = f"its lists start at {format_w3c_datetime(earliest)}"
+        elif lists:
+            # §12.1: a Change List's rs:md has a mandatory `from`; without it nothing shows
+            # where the list starts.
+            reach = (
+                "its Change List gives no 'from' (ResourceSync 1.1 §12.1 requires one), so "
+                "nothing shows where its changes start"
+                if lists == 1
+                else f"none of its {lists} Change Lists gives a 'from' (ResourceSync 1.1 "
+                "§12.1 requires one), so nothing shows where their changes start"
+            )
+        else:
+            reach = "no Change Lists at all"
         super().__init__(
             f"the Source's change history does not reach back to "
             f"{format_w3c_datetime(since)} ({reach})"
@@ -88,7 +97,7 @@ class ChangeLists:
         refs = await self._lists()
         earliest = min((r.start for r in refs if r.start is not None), default=None)
         if earliest is None or earliest > moment:
-            raise ArchiveTooShortError(moment, earliest)
+            raise ArchiveTooShortError(moment, earliest, len(refs))
         for ref in refs:
             if ref.until is not None and ref.until < moment:
                 continue
@@ -97,6 +106,19 @@ class ChangeLists:
                 self.reader.forget(ref.url)
                 document = await self.reader.get(ref.url, conditional=True)
                 assert document is not None
+            for change in self._changes(document, moment, channel):
+                yield change
+
+    async def readable(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
+        """Every change at or after ``moment`` in the lists the Source names: what can
+        still be followed while the lists cannot show that they reach back (:meth:`since`
+        refused) and a rebaseline has to wait. Read in full — the poll that led here has
+        just read the open list conditionally, and only a list that changed leads here."""
+        for ref in await self._lists():
+            if ref.until is not None and ref.until < moment:
+                continue
+            document = await self.reader.get(ref.url)
+            assert document is not None
             for change in self._changes(document, moment, channel):
                 yield change
 
