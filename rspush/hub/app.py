@@ -91,6 +91,7 @@ HTTP_STATUS: dict[Code, int] = {
     Code.FORWARD_ORDER: 400,
     Code.CHANGE_TIME_BACKWARDS: 409,
     Code.CONFLICTING_CHANGE: 409,
+    Code.TOPIC_HAS_HISTORY: 409,
     # draft-ietf-httpapi-idempotency-key-header §2.7: a key reused with another payload.
     Code.IDEMPOTENCY_KEY_REUSED: 422,
     Code.STORE_UNAVAILABLE: 503,

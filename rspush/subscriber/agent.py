@@ -250,7 +250,7 @@ class Agent:
             await mirror.drain()
         watermark = Watermark(None, None, at)
         self._last_baseline = asyncio.get_running_loop().time()
-        mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC))
+        mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC), started=started)
         mirror.set_watermark(watermark)
         # Right after any baseline, lists that still start later than its `at` are a
         # Source's property, not a reason to baseline again (see _archive_too_short).
