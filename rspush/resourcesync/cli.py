@@ -19,6 +19,7 @@ import httpx
 import typer
 
 from . import namespaces as ns
+from .compression import decompressed
 from .errors import DocumentError
 from .parser import parse_document
 from .schema import schema_errors
@@ -99,6 +100,8 @@ def _fetch(url: str, max_bytes: int) -> bytes:
 def check(source: str, data: bytes, *, with_schema: bool, max_bytes: int) -> Report:
     report = Report(source=source)
     try:
+        # A gzipped Sitemap (.xml.gz) is read inflated, under the same cap.
+        data = decompressed(data, max_bytes=max_bytes)
         document = parse_document(data, max_bytes=max_bytes)
     except DocumentError as exc:
         report.fatal = f"{type(exc).__name__}: {exc}"
