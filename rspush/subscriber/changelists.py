@@ -66,6 +66,9 @@ class Unplaced:
 
 UnplacedSink = Callable[[Unplaced], None]
 
+PLACED = "placed"
+"""Marks (in :attr:`ResourceChange.extra`) a change whose time the list gave, not the entry."""
+
 
 @dataclass(frozen=True, slots=True)
 class ListRef:
@@ -190,7 +193,11 @@ class ChangeLists:
             if self.on_unplaced is None:
                 raise SourceError(entry.reason)
             self.on_unplaced(entry)
-        return [c for c in changes if moment is None or c.time >= moment]
+        # A placed change's time is a bound, not when it happened: it may fall before the
+        # watermark and still be news (a 1.0 deletion after our baseline, placed at the
+        # list's `from`). It is always applied; decide() skips it when the mirror holds
+        # that state or a later one, so it is idempotent like any other.
+        return [c for c in changes if moment is None or c.time >= moment or c.extra.get(PLACED)]
 
     async def _open_list_url(self) -> str:
         if self.change_list is None:
@@ -281,7 +288,8 @@ def dated_changes(
     the earliest time consistent with the order, and the same on every read of a list that
     only grows, so the watermark and de-duplication (URI, time, change) stay exact. An entry
     the list gives nothing to place by (no time before it, no ``from``, ``until`` nor ``at``)
-    is :class:`Unplaced`: a reported failure, never a silent skip."""
+    is :class:`Unplaced`: a reported failure, never a silent skip. Placed changes are marked
+    (:data:`PLACED`)."""
     if document.md.capability != Capability.CHANGELIST or document.is_index:
         raise SourceError(f"expected a Change List, got a {document.type}")
     md = document.md
@@ -291,6 +299,8 @@ def dated_changes(
     for entry in document.entries:
         change = from_entry(entry, channel, default_time=placed_by)
         if change is not None:
+            if entry.change_time is None:
+                change.extra[PLACED] = True
             placed_by = change.time
             changes.append(change)
             continue
