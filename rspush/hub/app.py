@@ -8,8 +8,9 @@ Ingest endpoints:
 
 - ``POST /topics/{topic}/changes`` — a Change List fragment or change notification;
   ``202`` with a JSON receipt ``{"accepted", "first", "last", "epoch"}``.
-- ``POST /topics/{topic}/baseline`` — a Resource List taken as the topic's state at its
-  ``at`` (no change events); ``202`` with ``{"seeded", "at", "epoch"}``.
+- ``POST /topics/{topic}/baseline`` — a Resource List taken as the state at its ``at`` of a
+  topic without history (no change events); ``202`` with ``{"seeded", "at", "epoch"}``;
+  ``409 topic-has-history`` on a topic with state or changes.
 - ``POST /hub`` — the change-notification spec's way (§4.1): ``Content-Type:
   application/xml`` and ``Link: <topic URI>; rel="self", <hub URI>; rel="hub"``; ``200``.
 
