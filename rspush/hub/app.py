@@ -8,8 +8,9 @@ Ingest endpoints:
 
 - ``POST /topics/{topic}/changes`` — a Change List fragment or change notification;
   ``202`` with a JSON receipt ``{"accepted", "first", "last", "epoch"}``.
-- ``POST /topics/{topic}/baseline`` — a Resource List taken as the topic's state at its
-  ``at`` (no change events); ``202`` with ``{"seeded", "at", "epoch"}``.
+- ``POST /topics/{topic}/baseline`` — a Resource List taken as the state at its ``at`` of a
+  topic without history (no change events); ``202`` with ``{"seeded", "at", "epoch"}``;
+  ``409 topic-has-history`` on a topic with state or changes.
 - ``POST /hub`` — the change-notification spec's way (§4.1): ``Content-Type:
   application/xml`` and ``Link: <topic URI>; rel="self", <hub URI>; rel="hub"``; ``200``.
 
@@ -92,6 +93,7 @@ HTTP_STATUS: dict[Code, int] = {
     Code.FORWARD_ORDER: 400,
     Code.CHANGE_TIME_BACKWARDS: 409,
     Code.CONFLICTING_CHANGE: 409,
+    Code.TOPIC_HAS_HISTORY: 409,
     # draft-ietf-httpapi-idempotency-key-header §2.7: a key reused with another payload.
     Code.IDEMPOTENCY_KEY_REUSED: 422,
     Code.STORE_UNAVAILABLE: 503,

@@ -17,6 +17,7 @@
     │   │                         entry-too-large, future-change-time, forward-order
     │   ├── ChangeTimeBackwards   change-time-backwards (+ topic, first_us, last_us)
     │   ├── ConflictingChange     conflicting-change (+ topic, entry)
+    │   ├── TopicHasHistory       topic-has-history (+ topic)
     │   └── IdempotencyKeyReused  idempotency-key-reused
     └── StoreUnavailable          store-unavailable (a fixed message: no internals)
 
@@ -58,6 +59,7 @@ class Code(StrEnum):
     FORWARD_ORDER = "forward-order"
     CHANGE_TIME_BACKWARDS = "change-time-backwards"
     CONFLICTING_CHANGE = "conflicting-change"
+    TOPIC_HAS_HISTORY = "topic-has-history"
     IDEMPOTENCY_KEY_REUSED = "idempotency-key-reused"
     STORE_UNAVAILABLE = "store-unavailable"
 
@@ -154,6 +156,20 @@ class ConflictingChange(IngestError):
 
     def __init__(self, message: str, *, topic: str, entry: int) -> None:
         super().__init__(Code.CONFLICTING_CHANGE, message, entry=entry)
+        self.topic = topic
+
+
+class TopicHasHistory(IngestError):
+    """A baseline posted to a topic that already has state or changes. Replacing its state
+    silently would leave every follower (push and Change List alike) holding resources the
+    new state lacks, with no ``deleted`` change to tell them: a baseline only seeds."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(
+            Code.TOPIC_HAS_HISTORY,
+            "a baseline only seeds a topic without history; this topic already has state or "
+            "changes: post the differences as changes (deletions included) instead",
+        )
         self.topic = topic
 
 

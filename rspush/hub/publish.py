@@ -107,7 +107,7 @@ def main(
         typer.Option(help="File holding the bearer token (else RSPUSH_TOKEN)."),
     ] = None,
     baseline: Annotated[
-        bool, typer.Option(help="Post a Resource List as the topic's baseline state.")
+        bool, typer.Option(help="Post a Resource List: a new topic's baseline state.")
     ] = False,
     idempotency_key: Annotated[
         str | None,

@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rspush.resourcesync import Document
-from rspush.resourcesync.w3cdt import from_us, to_us
+from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us, to_us
 
 from .auth import find_source
 from .errors import (
@@ -210,7 +210,9 @@ class IngestService:
     async def baseline(
         self, *, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
     ) -> dict[str, Any]:
-        """A Resource List taken as the topic's state at its ``at`` (no change events)."""
+        """A Resource List taken as the state at its ``at`` of a topic without history (no
+        change events); a topic with state or changes is refused
+        (:class:`.errors.TopicHasHistory`)."""
         admitted = await self._admit(token, topic, idempotency_key, body)
         limits = self.settings.limits
         now = self.clock()
@@ -230,6 +232,8 @@ class IngestService:
             source=admitted.source,
             body_sha256=admitted.body_sha256,
         )
+        # The store keeps microseconds; clients get a W3C datetime like every other time.
+        receipt["at"] = format_w3c_datetime(from_us(int(receipt["at"])))
         return _receipt(receipt, topic, replayed)
 
     async def _admit(

@@ -38,7 +38,13 @@ from rspush.protocol import ZERO, Position, PushedChange, SinceLookup
 from rspush.resourcesync.w3cdt import from_us, to_us
 
 from . import scripts
-from .errors import ChangeTimeBackwards, ConflictingChange, IdempotencyKeyReused, StoreUnavailable
+from .errors import (
+    ChangeTimeBackwards,
+    ConflictingChange,
+    IdempotencyKeyReused,
+    StoreUnavailable,
+    TopicHasHistory,
+)
 from .ingest import IngestPlan, SeedPlan
 from .keys import TopicKeys
 
@@ -255,6 +261,8 @@ class TopicStore:
         status = outcome[0].decode() if isinstance(outcome[0], bytes) else outcome[0]
         if status == "reused":
             raise IdempotencyKeyReused()
+        if status == "history":
+            raise TopicHasHistory(topic)
         if status == "conflict" and plan is not None:
             index = int(outcome[1])
             record = plan.records[index]

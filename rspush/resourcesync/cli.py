@@ -19,6 +19,7 @@ import httpx
 import typer
 
 from . import namespaces as ns
+from .compression import decompressed
 from .errors import DocumentError
 from .fragments import fragment_violations
 from .parser import parse_document
@@ -103,6 +104,8 @@ def check(
 ) -> Report:
     report = Report(source=source)
     try:
+        # A gzipped Sitemap (.xml.gz) is read inflated, under the same cap.
+        data = decompressed(data, max_bytes=max_bytes)
         document = parse_document(data, max_bytes=max_bytes)
     except DocumentError as exc:
         report.fatal = f"{type(exc).__name__}: {exc}"

@@ -83,6 +83,10 @@ class Agent:
         self._parts: AgentParts | None = None
         self._main: asyncio.Task[None] | None = None
         self.rebaselines = 0
+        self._last_baseline: float | None = None
+        """Event-loop time the last baseline completed (rebaselines are rate-limited)."""
+        self._deferred: str | None = None
+        """Why a rebaseline is being put off (logged once, not at every poll)."""
 
     @property
     def channel(self) -> State:
@@ -197,7 +201,16 @@ class Agent:
             raise SourceError(
                 f"{endpoints.capability_list} offers no Resource List to baseline from"
             )
-        source = await open_resource_list(parts.reader, url)
+        try:
+            source = await open_resource_list(parts.reader, url)
+        except SourceError as exc:
+            # An advertised Resource Dump that is missing (404) or not a dump: the Resource
+            # List answers as well, as it does for a damaged package below.
+            if url == endpoints.resource_list or endpoints.resource_list is None or exc.transient:
+                raise
+            log.warning("%s; baseline from the Resource List instead", exc)
+            url = endpoints.resource_list
+            source = await open_resource_list(parts.reader, url)
         log.info("%s from %s", "rebaseline" if rebaseline else "baseline", url)
         started = datetime.now(UTC)
         mirror.checkpoint.start_baseline(now=started)
@@ -241,7 +254,8 @@ class Agent:
                     )
             await mirror.drain()
         watermark = Watermark(None, None, at)
-        mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC))
+        self._last_baseline = asyncio.get_running_loop().time()
+        mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC), started=started)
         mirror.set_watermark(watermark)
         # Right after any baseline, lists that still start later than its `at` are a
         # Source's property, not a reason to baseline again (see _archive_too_short).
@@ -382,10 +396,48 @@ class Agent:
             )
             mirror.set_watermark(Watermark(mirror.epoch, None, start))
             return
+        wait = self._rebaseline_wait()
+        if wait > 0:
+            await self._follow_what_can_be(exc, wait)
+            return
+        self._deferred = None
         log.warning("%s: rebaselining", exc)
         mirror.report_rebaseline(str(exc))
         self.rebaselines += 1
         await self.baseline(rebaseline=True)
+
+    def _rebaseline_wait(self) -> float:
+        """Seconds until a rebaseline is allowed: at most one per ``rebaseline_interval``
+        after any baseline (a Source that keeps calling for one — its lists never show where
+        they start — is not re-read in full at every poll)."""
+        if self._last_baseline is None:
+            return 0.0
+        elapsed = asyncio.get_running_loop().time() - self._last_baseline
+        return max(0.0, self.config.rebaseline_interval - elapsed)
+
+    async def _follow_what_can_be(self, exc: ArchiveTooShortError, wait: float) -> None:
+        """A rebaseline must wait: apply what the Source's lists do hold after the
+        watermark (changes it may have lost before them are for the rebaseline to find)."""
+        parts = self._need()
+        mirror = parts.mirror
+        reason = str(exc)
+        if reason != self._deferred:
+            self._deferred = reason
+            log.warning(
+                "%s; the last baseline was %.0f s ago, rebaselining in %.0f s at the earliest "
+                "(--rebaseline-interval); following the Change Lists meanwhile",
+                reason,
+                self.config.rebaseline_interval - wait,
+                wait,
+            )
+        since = mirror.watermark.last_time
+        if since is None:
+            return
+        async for change in parts.lists.readable(since, Channel.POLL):
+            if self.stopping:
+                break
+            await mirror.submit(change)
+        await mirror.drain()
 
     async def _poll_for(self, seconds: float | None) -> None:
         """Poll the open Change List every ``poll_interval`` for ``seconds`` (None: until

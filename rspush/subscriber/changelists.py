@@ -15,14 +15,14 @@ first. From those the walker finds every change at or after a point in time, in 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rspush.resourcesync import Capability, Document
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .changes import Channel, ResourceChange, from_entry
+from .changes import ChangeType, Channel, ResourceChange, from_entry
 from .errors import SourceError
 from .reader import DocumentReader
 
@@ -31,18 +31,43 @@ MAX_ARCHIVE_PARTS = 1000
 
 
 class ArchiveTooShortError(SourceError):
-    def __init__(self, since: datetime, earliest: datetime | None) -> None:
-        reach = (
-            "no Change Lists at all"
-            if earliest is None
-            else f"its lists start at {format_w3c_datetime(earliest)}"
-        )
+    def __init__(self, since: datetime, earliest: datetime | None, lists: int = 0) -> None:
+        if earliest is not None:
+            reach = f"its lists start at {format_w3c_datetime(earliest)}"
+        elif lists:
+            # §12.1: a Change List's rs:md has a mandatory `from`; without it nothing shows
+            # where the list starts.
+            reach = (
+                "its Change List gives no 'from' (ResourceSync 1.1 §12.1 requires one), so "
+                "nothing shows where its changes start"
+                if lists == 1
+                else f"none of its {lists} Change Lists gives a 'from' (ResourceSync 1.1 "
+                "§12.1 requires one), so nothing shows where their changes start"
+            )
+        else:
+            reach = "no Change Lists at all"
         super().__init__(
             f"the Source's change history does not reach back to "
             f"{format_w3c_datetime(since)} ({reach})"
         )
         self.since = since
         self.earliest = earliest
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A Change List entry the agent cannot place in time: reported as a failure, never
+    dropped in silence."""
+
+    uri: str
+    change: ChangeType
+    reason: str
+
+
+UnplacedSink = Callable[[Unplaced], None]
+
+PLACED = "placed"
+"""Marks (in :attr:`ResourceChange.extra`) a change whose time the list gave, not the entry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +85,10 @@ class ChangeLists:
         capability_list: str,
         change_list: str | None,
         archive: str | None,
+        on_unplaced: UnplacedSink | None = None,
     ) -> None:
         self.reader = reader
+        self.on_unplaced = on_unplaced
         self.capability_list = capability_list
         self.change_list = change_list
         self.archive = archive
@@ -73,7 +100,7 @@ class ChangeLists:
         refs = await self._lists()
         earliest = min((r.start for r in refs if r.start is not None), default=None)
         if earliest is None or earliest > moment:
-            raise ArchiveTooShortError(moment, earliest)
+            raise ArchiveTooShortError(moment, earliest, len(refs))
         for ref in refs:
             if ref.until is not None and ref.until < moment:
                 continue
@@ -82,7 +109,20 @@ class ChangeLists:
                 self.reader.forget(ref.url)
                 document = await self.reader.get(ref.url, conditional=True)
                 assert document is not None
-            for change in _changes(document, moment, channel):
+            for change in self._changes(document, moment, channel):
+                yield change
+
+    async def readable(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
+        """Every change at or after ``moment`` in the lists the Source names: what can
+        still be followed while the lists cannot show that they reach back (:meth:`since`
+        refused) and a rebaseline has to wait. Read in full — the poll that led here has
+        just read the open list conditionally, and only a list that changed leads here."""
+        for ref in await self._lists():
+            if ref.until is not None and ref.until < moment:
+                continue
+            document = await self.reader.get(ref.url)
+            assert document is not None
+            for change in self._changes(document, moment, channel):
                 yield change
 
     async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
@@ -109,7 +149,7 @@ class ChangeLists:
             async for change in self.since(moment, Channel.POLL):
                 yield change
             return
-        for change in _changes(document, moment, Channel.POLL):
+        for change in self._changes(document, moment, Channel.POLL):
             yield change
 
     async def _poll_index(self, url: str, moment: datetime | None) -> AsyncIterator[ResourceChange]:
@@ -142,8 +182,22 @@ class ChangeLists:
             document = await self.reader.get(ref.url, conditional=True)
             if document is None:
                 continue  # unchanged since we read it
-            for change in _changes(document, moment, Channel.POLL):
+            for change in self._changes(document, moment, Channel.POLL):
                 yield change
+
+    def _changes(
+        self, document: Document, moment: datetime | None, channel: Channel
+    ) -> list[ResourceChange]:
+        changes, unplaced = dated_changes(document, channel)
+        for entry in unplaced:
+            if self.on_unplaced is None:
+                raise SourceError(entry.reason)
+            self.on_unplaced(entry)
+        # A placed change's time is a bound, not when it happened: it may fall before the
+        # watermark and still be news (a 1.0 deletion after our baseline, placed at the
+        # list's `from`). It is always applied; decide() skips it when the mirror holds
+        # that state or a later one, so it is idempotent like any other.
+        return [c for c in changes if moment is None or c.time >= moment or c.extra.get(PLACED)]
 
     async def _open_list_url(self) -> str:
         if self.change_list is None:
@@ -219,14 +273,49 @@ def _order(ref: ListRef) -> tuple[bool, datetime, datetime]:
 
 _DAWN = datetime(1, 1, 1, tzinfo=UTC)
 
+_CHANGE_TYPES = frozenset(c.value for c in ChangeType)
 
-def _changes(document: Document, moment: datetime | None, channel: Channel) -> list[ResourceChange]:
+
+def dated_changes(
+    document: Document, channel: Channel
+) -> tuple[list[ResourceChange], list[Unplaced]]:
+    """Every entry of a Change List as a change, in document order, each with a time.
+
+    In ResourceSync 1.1 ``<lastmod>`` is optional and ``rs:md@datetime`` is a "may"; 1.0
+    Sources publish deletions with no time at all. An entry without one is timed by the list
+    (§12.1: entries are in forward chronological order, inside ``from``…``until``): the
+    previous entry's time, else the list's ``from``, else its ``until`` or ``at``. That is
+    the earliest time consistent with the order, and the same on every read of a list that
+    only grows, so the watermark and de-duplication (URI, time, change) stay exact. An entry
+    the list gives nothing to place by (no time before it, no ``from``, ``until`` nor ``at``)
+    is :class:`Unplaced`: a reported failure, never a silent skip. Placed changes are marked
+    (:data:`PLACED`)."""
     if document.md.capability != Capability.CHANGELIST or document.is_index:
         raise SourceError(f"expected a Change List, got a {document.type}")
-    changes = []
+    md = document.md
+    placed_by = md.from_ or md.until or md.at
+    changes: list[ResourceChange] = []
+    unplaced: list[Unplaced] = []
     for entry in document.entries:
-        change = from_entry(entry, channel)
-        if change is None or (moment is not None and change.time < moment):
+        change = from_entry(entry, channel, default_time=placed_by)
+        if change is not None:
+            if entry.change_time is None:
+                change.extra[PLACED] = True
+            placed_by = change.time
+            changes.append(change)
             continue
-        changes.append(change)
-    return changes
+        kind = entry.md.change if entry.md is not None else None
+        if kind is None or kind in _CHANGE_TYPES:
+            unplaced.append(
+                Unplaced(
+                    entry.loc,
+                    ChangeType(kind or ChangeType.UPDATED),
+                    f"{entry.loc}: the entry has no time and the Change List none to place it "
+                    "by (no earlier entry's time, no from, until or at)",
+                )
+            )
+        else:
+            unplaced.append(
+                Unplaced(entry.loc, ChangeType.UPDATED, f"{entry.loc}: unknown change {kind!r}")
+            )
+    return changes, unplaced

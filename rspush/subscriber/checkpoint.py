@@ -277,9 +277,19 @@ class Checkpoint:
                 (self.source, self.topic, to_us(now)),
             )
 
-    def finish_baseline(self, at: datetime, watermark: Watermark, *, now: datetime) -> None:
+    def finish_baseline(
+        self, at: datetime, watermark: Watermark, *, now: datetime, started: datetime | None = None
+    ) -> None:
+        """The baseline that began at ``started`` is complete as of the Source's ``at``.
+        Failures recorded before it began are settled by it: it re-read the state of every
+        resource, and what changed after ``at`` comes again from the watermark (inclusive)."""
         with self._transaction():
             self._set_watermark(watermark, now)
+            if started is not None:
+                self._db.execute(
+                    "DELETE FROM failures WHERE source = ? AND topic = ? AND at_us < ?",
+                    (self.source, self.topic, to_us(started)),
+                )
             self._db.execute(
                 "UPDATE topics SET baseline_at_us = ? WHERE source = ? AND topic = ?",
                 (to_us(at), self.source, self.topic),

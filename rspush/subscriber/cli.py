@@ -152,6 +152,14 @@ def run(
     poll_interval: Annotated[
         float, typer.Option(min=0.05, help="Seconds between polls when push is unavailable.")
     ] = 5.0,
+    rebaseline_interval: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="At most one rebaseline per this many seconds; meanwhile the agent follows "
+            "the Change Lists it can read.",
+        ),
+    ] = 3600.0,
     concurrency: Concurrency = 8,
     token: Token = None,
     no_dump: Annotated[
@@ -187,6 +195,7 @@ def run(
         concurrency,
         keep_deleted=keep_deleted,
         poll_interval=poll_interval,
+        rebaseline_interval=rebaseline_interval,
         use_dump=not no_dump,
         min_rate=min_rate,
         transfer_grace=transfer_grace,

@@ -32,6 +32,10 @@ class AgentConfig:
     keep_deleted: bool = False
     concurrency: int = DEFAULT_CONCURRENCY
     poll_interval: float = 5.0
+    rebaseline_interval: float = 3600.0
+    """At most one rebaseline per this many seconds (after any baseline): a Source whose
+    Change Lists can never prove they reach back (a list without ``from``) would otherwise
+    be rebaselined at every poll. Meanwhile the agent follows the lists it can read."""
     token: str | None = None
     use_dump: bool = True
     fetch: bool = True

@@ -167,6 +167,18 @@ class Mirror:
                 return
             await self.submit(change)
 
+    def report_unplaced(self, uri: str, change: ChangeType, reason: str) -> None:
+        """A change the Source announced but gave no time to place it by: a failure row
+        (not retried: the same list says the same; a newer change of the resource, a
+        baseline or ``audit --repair`` settles it) and a ``failed`` event, at once."""
+        now = self.clock()
+        unplaced = ResourceChange(uri, change, now, Channel.POLL)
+        log.warning("%s", reason)
+        self.stats["failed"] += 1
+        self.checkpoint.record_failure(unplaced, reason, None, now=now, retryable=False)
+        self._emit(unplaced, "failed", now, reason=reason)
+        self.commit()
+
     def report_rebaseline(self, reason: str) -> None:
         """Tell the event sink that the agent starts a new baseline, and why."""
         if self.events is not None:

@@ -2,7 +2,12 @@
 and conditional (ETag / Last-Modified) for the lists the agent polls. Each read has a deadline
 (:mod:`rspush.subscriber.deadlines`); a Source that cannot be reached, answers 5xx (or 408,
 429) or misses the deadline is a *transient* :class:`SourceError` — try again later — while
-a 4xx or a document that is not ResourceSync is not."""
+a 4xx or a document that is not ResourceSync is not.
+
+Gzipped documents are read too: ``Content-Encoding: gzip`` is decoded by the HTTP client
+(and its inflation bounded here), a gzip body (a ``.xml.gz`` Sitemap) by
+:func:`rspush.resourcesync.compression.decompressed` — both under the document cap, which
+applies to the uncompressed document."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from rspush.resourcesync import Document, DocumentError, parse_document
+from rspush.resourcesync.compression import decompressed, inflation_exceeded
 from rspush.resourcesync.namespaces import MAX_DOCUMENT_BYTES
 
 from .deadlines import DOCUMENT_LIMITS, RateDeadline, TransferLimits
@@ -74,12 +80,17 @@ class DocumentReader:
                     deadline.received(len(chunk))
                     if len(body) > self.max_bytes:
                         raise SourceError(f"GET {url}: larger than {self.max_bytes} bytes")
+                    if inflation_exceeded(len(body), reply.num_bytes_downloaded):
+                        raise SourceError(
+                            f"GET {url}: its Content-Encoding inflates it past the allowed "
+                            "ratio (a decompression bomb?)"
+                        )
         except TimeoutError as exc:
             raise SourceError(f"GET {url}: {deadline.reason}", transient=True) from exc
         except httpx.HTTPError as exc:
             raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}", transient=True) from exc
         try:
-            document = parse_document(bytes(body))
+            document = parse_document(decompressed(bytes(body), max_bytes=self.max_bytes))
         except DocumentError as exc:
             raise SourceError(f"{url}: {exc}") from exc
         if conditional:

@@ -148,5 +148,6 @@ async def agent_parts(
                 capability_list=endpoints.capability_list,
                 change_list=endpoints.change_list,
                 archive=endpoints.change_list_archive,
+                on_unplaced=lambda u: mirror.report_unplaced(u.uri, u.change, u.reason),
             )
             yield AgentParts(endpoints, fetch, reader, lists, mirror)

@@ -1,5 +1,7 @@
--- Replace a topic's state with a Resource List taken as the state at its 'at' (no change
--- events), atomically with the idempotency and backwards-time checks.
+-- Seed a topic without history with a Resource List taken as the state at its 'at' (no
+-- change events), atomically with the idempotency check. A topic with state or changes is
+-- refused ('history'): replacing its state would drop resources without the 'deleted'
+-- changes its followers need.
 local meta = KEYS[1]           -- hash: the topic's meta
 local state = KEYS[2]          -- hash: URI -> Resource List entry XML
 local idem = KEYS[3]           -- the idempotency key's receipt (the meta key when unused)
@@ -20,8 +22,9 @@ if has_idem then
     return {'dup', seen}
   end
 end
-local last_raw = redis.call('HGET', meta, 'last_t') or '0'
-if tonumber(at_us) < tonumber(last_raw) then return {'backwards', last_raw} end
+if redis.call('HEXISTS', meta, 'last_t') == 1 or redis.call('EXISTS', state) == 1 then
+  return {'history'}
+end
 if redis.call('HSETNX', meta, 'epoch', epoch_candidate) == 1 then
   redis.call('HSET', meta, 'created', now_us)
 end
