@@ -81,6 +81,18 @@ async def test_a_baseline_that_refused_everything_fails_naming_the_first(tmp_pat
     assert not (dest / "a.txt").exists()
 
 
+async def test_a_run_that_refused_everything_ends_instead_of_following(tmp_path: Path) -> None:
+    dest = tmp_path / "mirror"
+    async with running_source() as source:
+        url = _serve(source)
+        code, _, err = await rs_subscribe(
+            "run", url, "--dest", str(dest), "--map", "http://elsewhere.example/="
+        )
+        first = source.uri("/a.txt")
+    assert code == 1, err
+    assert f"rs-subscribe: 0 written, 2 refused: no --map covers {first}" in err
+
+
 async def test_the_baseline_line_counts_resources_not_filtered_out(tmp_path: Path) -> None:
     dest = tmp_path / "mirror"
     async with running_source() as source:
