@@ -34,6 +34,7 @@ from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 from .appliers import Applier
 from .backoff import Backoff
 from .baseline import dump_changes, open_resource_list, resource_list_changes
+from .baseline_summary import BaselineCounts
 from .changelists import ArchiveTooShortError
 from .changes import ChangeType, Channel, Outcome, ResourceChange, from_push
 from .config import USER_AGENT, AgentConfig
@@ -215,6 +216,7 @@ class Agent:
         started = datetime.now(UTC)
         mirror.checkpoint.start_baseline(now=started)
         seen: set[str] = set()
+        before = mirror.stats.copy()
         with contextlib.closing(self.reporter.phase("baseline", source.total)) as phase:
             if source.first.md.capability == Capability.RESOURCEDUMP:
                 try:
@@ -253,6 +255,10 @@ class Agent:
                         ResourceChange(held.uri, ChangeType.DELETED, at, Channel.BASELINE)
                     )
             await mirror.drain()
+        counts = BaselineCounts.between(len(seen), before, mirror.stats)
+        nothing = counts.nothing_written(mirror.first_refused)
+        if nothing is not None:
+            raise nothing  # not recorded as done: the next run (with a --map) starts again
         watermark = Watermark(None, None, at)
         self._last_baseline = asyncio.get_running_loop().time()
         mirror.checkpoint.finish_baseline(at, watermark, now=datetime.now(UTC), started=started)
@@ -260,7 +266,7 @@ class Agent:
         # Right after any baseline, lists that still start later than its `at` are a
         # Source's property, not a reason to baseline again (see _archive_too_short).
         self._fire(Event.BASELINE_DONE, at=at)
-        log.info("baseline complete: %d resources as of %s", len(seen), format_w3c_datetime(at))
+        log.info("%s", counts.line(format_w3c_datetime(at)))
 
     # --- following -------------------------------------------------------------------------
 

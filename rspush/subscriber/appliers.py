@@ -28,15 +28,30 @@ class Applier(Protocol):
         ...
 
 
+def current_umask() -> int:
+    """The process's umask. ``os.umask`` can only be read by setting it, process-wide: set
+    back at once, and read once, when an applier starts (not per file, from threads)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 class FilesystemApplier:
     """Atomic writes: the verified temp file is renamed over the target (same file system:
     temp files live in ``<dest>/.rs-subscribe/tmp``), so a reader sees the old file or the
-    new one, never half of one."""
+    new one, never half of one.
+
+    Files and folders get the modes any program's would (``0666``/``0777`` less the umask):
+    temp files are created private (``0600``), so each is given its final mode before the
+    rename makes it visible."""
 
     def __init__(self, dest: Path, *, keep_deleted: bool = False) -> None:
         self.dest = dest
         self.root = dest.resolve()
         self.keep_deleted = keep_deleted
+        umask = current_umask()
+        self.file_mode = 0o666 & ~umask
+        self.dir_mode = 0o777 & ~umask
 
     def target(self, change_uri: str, relative: PurePosixPath) -> Path:
         """The real path, refusing one that escapes the destination through a symlink."""
@@ -65,10 +80,11 @@ class FilesystemApplier:
             existing = existing.parent
         if not existing.resolve().is_relative_to(self.root):
             raise UnmappedURIError(change.uri, f"{relative} leads outside {self.dest}")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=self.dir_mode, parents=True, exist_ok=True)
         target = self.target(change.uri, relative)
         if target.is_dir():
             raise ApplyError(f"{change.uri}: {target} is a directory")
+        os.chmod(content, self.file_mode)
         os.replace(content, target)
 
 

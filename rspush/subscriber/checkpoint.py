@@ -371,6 +371,9 @@ def list_topics(path: Path) -> list[tuple[TopicState, dict[str, int]]]:
     failures — read-only, without the lock, so it works while an agent runs."""
     if not path.exists():
         raise FileNotFoundError(f"no state file at {path}")
+    if path.is_dir():
+        # SQLite would say "disk I/O error".
+        raise IsADirectoryError(f"{path} is a folder, not a state file")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         rows = db.execute(

@@ -367,7 +367,20 @@ def audit(
 
 @app.command()
 def status(
-    state: Annotated[Path, typer.Option(help="The checkpoint file to read.")],
+    state: Annotated[
+        Path | None,
+        typer.Option(help="The checkpoint file to read (default: the one under --dest)."),
+    ] = None,
+    dest: Annotated[
+        Path | None,
+        typer.Option(
+            "--dest",
+            "-d",
+            metavar="DIR",
+            help="The mirror directory whose default state file (as run uses) to read.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="A JSON list: one object per Source and topic."),
@@ -379,6 +392,11 @@ def status(
     resources, tombstones and failures, and the latest failures with their reasons (a later
     change of the resource, a retry or audit --repair clears them). Reads without the lock:
     works while the agent runs."""
+    if state is None:
+        if dest is None:
+            typer.echo("rs-subscribe: status needs --state FILE or --dest DIR", err=True)
+            raise typer.Exit(EXIT_USAGE)
+        state = AgentConfig(source_url="", dest=dest).state_path
     try:
         topics = list_topics(state)
     except OSError as exc:

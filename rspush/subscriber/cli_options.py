@@ -5,14 +5,14 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import typer
 
 from .config import AgentConfig
 from .filters import ChangeFilter
-from .mapping import UriMap
+from .mapping import UriMap, map_target
 
 EXIT_FAILED = 1
 EXIT_CLOSED = 1
@@ -49,7 +49,8 @@ Maps = Annotated[
     typer.Option(
         "--map",
         metavar="URI=DIR",
-        help="URI=DIR: files for URIs under URI go to DIR (relative to --dest). Repeatable. "
+        help="URI=DIR: files for URIs under URI go to DIR (relative to --dest, or an "
+        "absolute folder inside it). Repeatable. "
         "Default: the Source's base URI onto --dest. URIs no map covers are refused.",
     ),
 ]
@@ -120,11 +121,18 @@ def build_config(
     **options: object,
 ) -> AgentConfig:
     pairs = []
+    root = PurePosixPath(dest.resolve())
     for item in maps or []:
         uri, sep, directory = item.partition("=")
         if not sep or not uri:
             _usage(f"--map {item!r}: expected URI=DIR")
-        pairs.append((uri, directory))
+        if directory.startswith("/"):
+            # Resolved as --dest is: "$PWD/mirror" names the same folder as "mirror".
+            directory = str(Path(directory).resolve())
+        try:
+            pairs.append((uri, map_target(directory, root)))
+        except ValueError as exc:
+            _usage(f"--map {item!r}: {exc}")
     try:
         change_filter = ChangeFilter.build(
             include or [], exclude or [], collection, describedby, profile

@@ -12,6 +12,7 @@ destination.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -48,6 +49,23 @@ class _Prefix:
             raise ValueError(f"{uri!r} is not an http(s) URI")
         port = parts.port or _DEFAULT_PORTS[parts.scheme]
         return cls(parts.scheme, parts.hostname.lower(), port, _segments(parts.path))
+
+
+def map_target(directory: str, dest: PurePosixPath) -> str:
+    """A ``--map`` target as the destination-relative directory :meth:`UriMap.build` takes:
+    a relative target stays relative to ``dest``; an absolute one must be ``dest`` itself
+    (``''``) or a folder inside it. ``dest`` is absolute and normalised (symlinks resolved
+    by the caller, which does the file system access); a ValueError names a target outside.
+    """
+    target = PurePosixPath(directory) if directory else PurePosixPath()
+    if not target.is_absolute():
+        return directory
+    normalised = PurePosixPath(posixpath.normpath(target))
+    if normalised == dest:
+        return ""
+    if not normalised.is_relative_to(dest):
+        raise ValueError(f"map target {directory!r} is outside the destination {str(dest)!r}")
+    return str(normalised.relative_to(dest))
 
 
 def _segments(path: str) -> tuple[str, ...]:

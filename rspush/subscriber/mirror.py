@@ -91,6 +91,8 @@ class Mirror:
         self.on_outcome = on_outcome
         self.clock = clock
         self.stats: Counter[str] = Counter()
+        self.first_refused: SubscriberError | None = None
+        """The first change refused for good (not retryable), for the baseline's summary."""
         state = checkpoint.state()
         self._tracker = WatermarkTracker(state.watermark if state is not None else NO_WATERMARK)
         self._held = watermark_held
@@ -327,6 +329,8 @@ class Mirror:
             return None, None
         except SubscriberError as exc:
             self.stats["failed" if exc.retryable else "refused"] += 1
+            if not exc.retryable and self.first_refused is None:
+                self.first_refused = exc
             return None, Failed(str(exc), exc.retryable)
         except OSError as exc:
             self.stats["failed"] += 1
