@@ -22,8 +22,9 @@ errors of reads are ``{"error", "message"}``. A post whose changes the topic alr
 
 Every document of a private topic, and its topic URI, needs a subscriber's bearer token
 (:func:`.auth.authorise_read`); the Source Description lists private topics only to their
-subscribers. ``/metrics`` needs the ``[hub] metrics_token_sha256`` token when one is set. No
-answer names the store's internals (sockets, paths, versions): they go to the log.
+subscribers. ``/metrics`` and ``/status`` (the operator page, :mod:`.status`) need the
+``[hub] metrics_token_sha256`` token when one is set. No answer names the store's internals
+(sockets, paths, versions): they go to the log.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from .rotation import RotationPolicy, Rotator
 from .service import IngestService
 from .serving import XML, DateHeader, serve
 from .settings import Settings
+from .status import TopicRef, collect, render_html, render_json
 from .store import TopicStore
 
 log = logging.getLogger("rspush.hub")
@@ -113,6 +115,9 @@ class Hub:
     def __init__(self, settings: Settings, redis: Redis, *, push_url: str | None = None) -> None:
         self.settings = settings
         self.push_url = push_url
+        self.started_monotonic = time.monotonic()
+        self.push_connections: Callable[[], int] | None = None
+        """Sockets held by this process's push server, once it runs (the status page)."""
         self.redis = redis
         self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.metrics = HubMetrics()
@@ -323,16 +328,50 @@ def build_app(hub: Hub) -> Starlette:
             return JSONResponse(body, 503)
         return JSONResponse({"status": "ready"})
 
-    async def metrics(request: Request) -> Response:
+    def require_metrics_token(request: Request, route: str) -> None:
         required = settings.hub.metrics_token_sha256
         if required is not None and not token_matches(token(request), required):
-            raise Unauthenticated("/metrics needs 'Authorization: Bearer <metrics token>'")
+            raise Unauthenticated(f"{route} needs 'Authorization: Bearer <metrics token>'")
+
+    async def metrics(request: Request) -> Response:
+        require_metrics_token(request, "/metrics")
         for topic in hub.documents.topics:
             try:
                 hub.metrics.stream_length.labels(topic).set(await hub.store.stream_length(topic))
             except StoreUnavailable:
                 break
         return Response(hub.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def status(request: Request) -> Response:
+        """The operator page: HTML, or JSON for ``Accept: application/json``.
+
+        Without a metrics token configured, private topics are listed only to their
+        subscribers, as in the Source Description. With one, the page needs it, and its holder
+        sees every topic: one bearer cannot be both tokens, and /metrics already shows that
+        holder every topic's series."""
+        require_metrics_token(request, "/status")
+        if settings.hub.metrics_token_sha256 is not None:
+            readable = frozenset(t.name for t in settings.topics)
+        else:
+            readable = readable_private_topics(settings, token(request))
+        topics = [
+            TopicRef(t.name, t.private)
+            for t in settings.topics
+            if not t.private or t.name in readable
+        ]
+        data = await collect(
+            hub.store,
+            hub.metrics.registry,
+            topics,
+            started_monotonic=hub.started_monotonic,
+            now_us=to_us(datetime.now(UTC)),
+            push_connections=hub.push_connections,
+        )
+        headers = {"Cache-Control": "no-store", "Vary": "Accept, Authorization"}
+        accept = request.headers.get("accept", "")
+        if "application/json" in accept and "text/html" not in accept:
+            return Response(render_json(data), media_type="application/json", headers=headers)
+        return Response(render_html(data), media_type="text/html", headers=headers)
 
     docs = hub.documents
 
@@ -360,6 +399,7 @@ def build_app(hub: Hub) -> Starlette:
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
+        Route("/status", status),
         Route("/topics/{topic}", topic_uri, methods=["GET", "HEAD"]),
         Route("/topics/{topic}/changes", timed("changes", post_changes), methods=["POST"]),
         Route("/topics/{topic}/baseline", timed("baseline", post_baseline), methods=["POST"]),

@@ -178,6 +178,7 @@ async def running_hub(
             )
             await push.start(push_sock)
             hub.metrics.push_connections.set_function(lambda: push.connections)
+            hub.push_connections = lambda: push.connections
             running.push = push
             running.push_url = f"ws://{url_host(host)}:{push_port}/"
         yield running

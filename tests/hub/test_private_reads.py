@@ -25,7 +25,7 @@ from tests.support.edge import (
 from tests.support.fragments import TOKEN_A, auth, change_fragment
 
 ROUTES = app_routes()
-NOT_OF_A_TOPIC = {"/.well-known/resourcesync", "/hub", "/healthz", "/readyz", "/metrics"}
+NOT_OF_A_TOPIC = {"/.well-known/resourcesync", "/hub", "/healthz", "/readyz", "/metrics", "/status"}
 """Routes that belong to no topic; every other route must be one of a topic."""
 READS = sorted(
     (template, tuple(sorted(methods & {"GET", "HEAD"})))
