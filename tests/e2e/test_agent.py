@@ -49,6 +49,8 @@ async def test_baseline_then_live_push(
         dest = tmp_path / "mirror"
         async with running_agent(config_for(hub, origin, dest)) as run:
             await converged(origin, dest)
+            # A file is in place a moment before its event: events follow the commit.
+            await eventually(lambda: len(run.applied("baseline")) >= 2, "two baseline events")
             assert {e["uri"] for e in run.applied("baseline")} == {
                 origin.uri("/a.txt"),
                 origin.uri("/dir/b.txt"),

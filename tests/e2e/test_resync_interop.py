@@ -30,6 +30,7 @@ import io
 import re
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -421,6 +422,10 @@ async def test_resync_and_rs_subscribe_end_with_identical_mirrors(
     """The same hub, two Destinations: resync-sync (baseline, then incremental, from the pull
     documents) and rs-subscribe (baseline, then push) end byte-identical."""
     dest = tmp_path / "rs-mirror"
+    # The agent starts on the empty topic, whose documents already say "as of now": the
+    # Source's changes must be dated after that (the origin's clock is an hour behind by
+    # default), or the agent rightly takes them as covered by its empty baseline.
+    origin.clock.now = datetime.now(UTC).replace(microsecond=0)
     async with running_agent(agent_config(hub.url, origin, dest, topic=TOPIC)) as run:
         await baseline_and_changes(hub, client, origin, resync)
         await resync.run(

@@ -24,7 +24,15 @@ def mirror_files(dest: Path) -> dict[str, bytes]:
     }
 
 
+_RUNNING: list[Agent] = []
+"""The agents :func:`running_agent` runs in this event loop now."""
+
+
 async def converged(origin: Origin, dest: Path, timeout: float = 15) -> None:
+    """The mirror equals the origin, and the agents running in this loop have reported it:
+    a file is in place a moment before its event (events follow the checkpoint's commit),
+    so the agents' work is drained too before a test reads their events."""
+
     def same() -> bool:
         return mirror_files(dest) == origin.resources
 
@@ -37,6 +45,10 @@ async def converged(origin: Origin, dest: Path, timeout: float = 15) -> None:
             f"extra {sorted(set(mine) - set(theirs))}, "
             f"different {sorted(k for k in mine if k in theirs and mine[k] != theirs[k])}"
         ) from None
+    async with asyncio.timeout(timeout * TIMEOUT_SCALE):
+        for agent in list(_RUNNING):
+            if agent.mirror is not None:
+                await agent.mirror.drain()  # idle, then commit: every event reported
 
 
 class Running:
@@ -59,9 +71,11 @@ async def running_agent(config: AgentConfig, **kwargs: Any) -> AsyncIterator[Run
     agent = Agent(config, events=events.append, **kwargs)
     task = asyncio.create_task(agent.run(), name="agent")
     running = Running(agent, task, events)
+    _RUNNING.append(agent)
     try:
         yield running
     finally:
+        _RUNNING.remove(agent)
         agent.stop()
         async with asyncio.timeout(20 * TIMEOUT_SCALE):
             with contextlib.suppress(asyncio.CancelledError):
