@@ -117,8 +117,11 @@ class Push(BaseModel):
     """Live batches queued for a connection while its replay runs."""
     ping_interval_s: float = Field(20.0, gt=0)
     ping_timeout_s: float = Field(20.0, gt=0)
-    replay_concurrency: int = Field(4, ge=1)
-    """Replay pages read from Redis and encoded at once in one process (the rest wait)."""
+    replay_concurrency: int = Field(64, ge=1)
+    """Replay pages read from Redis and encoded at once in one process (the rest wait): a
+    bound on replay memory (each page at most 1,000 changes, a few hundred KiB) that a burst
+    of subscriptions does not queue behind (at 4, 1,000 clients subscribing while changes
+    arrived replayed one after another and fell ever further behind: bench_push, N=1,000)."""
     stall_timeout_s: float = Field(10.0, gt=0)
     """How long a replay send may wait for a full send buffer to drain before the client is
     closed as a slow consumer (live sends never wait: a full buffer closes at once)."""
