@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from redis.asyncio import Redis
 from starlette.applications import Starlette
@@ -215,10 +216,13 @@ def build_app(hub: Hub) -> Starlette:
         """202: changes were accepted; 200 when the topic already held all of them."""
         return 200 if receipt.get("accepted") == 0 else 202
 
-    async def post_changes(request: Request) -> Response:
+    async def ingested(
+        request: Request, action: Callable[..., Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """What a post means, from the ingest service; the body's budget released after."""
         body = body_reader(request)
         try:
-            receipt = await hub.ingest.changes(
+            return await action(
                 token=token(request),
                 topic=request.path_params["topic"],
                 idempotency_key=request.headers.get("idempotency-key"),
@@ -226,20 +230,13 @@ def build_app(hub: Hub) -> Starlette:
             )
         finally:
             body.release()
+
+    async def post_changes(request: Request) -> Response:
+        receipt = await ingested(request, hub.ingest.changes)
         return JSONResponse(receipt, status_code=receipt_status(receipt))
 
     async def post_baseline(request: Request) -> Response:
-        body = body_reader(request)
-        try:
-            receipt = await hub.ingest.baseline(
-                token=token(request),
-                topic=request.path_params["topic"],
-                idempotency_key=request.headers.get("idempotency-key"),
-                body=body,
-            )
-        finally:
-            body.release()
-        return JSONResponse(receipt, status_code=202)
+        return JSONResponse(await ingested(request, hub.ingest.baseline), status_code=202)
 
     async def post_hub(request: Request) -> Response:
         """Change notification spec §4.1: the topic comes from the Link rel="self"."""

@@ -5,9 +5,7 @@ answer never arrived is written exactly once."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,11 +14,9 @@ from redis.asyncio import Redis
 
 from rspush.hub.publish import MAX_RETRY_WAIT_S, backoff_s, derived_key
 from rspush.resourcesync import parse_document
+from tests.support.cli import RS_PUBLISH, run_script
 from tests.support.edge import PRIVATE, PUBLIC, TOKEN_C, LossyProxy, edge_hub, stamped
 from tests.support.fragments import TOKEN_A, Times, auth, change_fragment
-from tests.support.waiting import TIMEOUT_SCALE
-
-RS_PUBLISH = Path(sys.executable).parent / "rs-publish"
 
 
 async def stream_length(redis_url: str, prefix: str, topic: str) -> int:
@@ -96,7 +92,7 @@ def test_backoff_doubles_is_capped_and_follows_retry_after() -> None:
 
 
 async def publish(url: str, file: Path, topic: str, *extra: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
+    return await run_script(
         RS_PUBLISH,
         str(file),
         "--hub",
@@ -106,19 +102,8 @@ async def publish(url: str, file: Path, topic: str, *extra: str) -> tuple[int, s
         "--retry-wait",
         "0.05",
         *extra,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "RSPUSH_TOKEN": TOKEN_A},
     )
-    try:
-        async with asyncio.timeout(30 * TIMEOUT_SCALE):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.timeout(90)

@@ -4,10 +4,8 @@ the hub accepts it; the ``rs-publish FILE`` form is unchanged."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,29 +23,12 @@ from rspush.hub.fragment import (
 from rspush.hub.server import RunningHub
 from rspush.resourcesync import fragment_violations, is_valid_fragment, parse_document
 from rspush.resourcesync.models import Change
+from tests.support.cli import RS_PUBLISH, run_script
 from tests.support.fragments import TOKEN_A, change_fragment
-from tests.support.waiting import TIMEOUT_SCALE
-
-RS_PUBLISH = Path(sys.executable).parent / "rs-publish"
 
 
 async def rs_publish(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        RS_PUBLISH,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "RSPUSH_TOKEN": TOKEN_A},
-    )
-    try:
-        async with asyncio.timeout(30 * TIMEOUT_SCALE):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_script(RS_PUBLISH, *args, env={**os.environ, "RSPUSH_TOKEN": TOKEN_A})
 
 
 def test_the_clock_never_repeats_nor_goes_back() -> None:

@@ -24,13 +24,22 @@ COMMAND_TIMEOUT_S = 30
 """A command that should finish by itself (baseline, audit, status) does so within this."""
 
 
-async def rs_subscribe(*args: str, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
-    """Run a command that exits by itself: (exit status, stdout, stderr)."""
+RS_PUBLISH = Path(sys.executable).parent / "rs-publish"
+
+
+async def run_script(
+    script: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = COMMAND_TIMEOUT_S,
+) -> tuple[int, str, str]:
+    """Run a console script that exits by itself: (exit status, stdout, stderr)."""
     process = await asyncio.create_subprocess_exec(
-        RS_SUBSCRIBE,
+        script,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     try:
         async with asyncio.timeout(timeout * TIMEOUT_SCALE):
@@ -41,6 +50,11 @@ async def rs_subscribe(*args: str, timeout: float = COMMAND_TIMEOUT_S) -> tuple[
             await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+async def rs_subscribe(*args: str, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+    """Run an ``rs-subscribe`` command that exits by itself."""
+    return await run_script(RS_SUBSCRIBE, *args, timeout=timeout)
 
 
 WAIT_S = 20
