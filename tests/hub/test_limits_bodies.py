@@ -25,6 +25,7 @@ from rspush.hub.server import RunningHub
 from tests.support.fragments import TOKEN_A, auth, change_fragment, iso
 from tests.support.hubs import HubFactory
 from tests.support.rejections import Clock, Unchanged, seeded
+from tests.support.sockets import close_stream
 from tests.support.waiting import TIMEOUT_SCALE
 
 BODY_TIMEOUT_S = 1.0
@@ -86,8 +87,7 @@ async def test_a_content_length_lie_is_cut_at_the_body_deadline(
                 received = await response_and_close(reader)
             assert time.monotonic() - started >= BODY_TIMEOUT_S * 0.9
         finally:
-            writer.close()
-            await writer.wait_closed()
+            await close_stream(writer)
         assert received.startswith(b"HTTP/1.1 408 "), received[:200]
         assert b'"error":"body-timeout"' in received
 
@@ -120,8 +120,7 @@ async def test_an_endless_chunked_body_is_cut_at_the_body_deadline(
         finally:
             sender.cancel()
             await asyncio.gather(sender, return_exceptions=True)
-            writer.close()
-            await writer.wait_closed()
+            await close_stream(writer)
         # Closed at the deadline; the 408 arrives unless the close reset the connection.
         assert received == b"" or received.startswith(b"HTTP/1.1 408 "), received[:200]
 

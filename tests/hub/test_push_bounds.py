@@ -26,6 +26,7 @@ from rspush.hub.settings import Settings
 from rspush.protocol import CloseCode
 from tests.support.fragments import Times
 from tests.support.push import custom_hub, post, subscribed
+from tests.support.sockets import close_stream
 from tests.support.waiting import eventually
 
 PADDING = "p" * 200
@@ -161,8 +162,7 @@ async def test_sockets_past_the_per_address_cap_get_503_before_the_handshake(
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             async with asyncio.timeout(5):
                 answer = await reader.read()
-            writer.close()
-            await writer.wait_closed()
+            await close_stream(writer)
             assert answer.startswith(b"HTTP/1.1 503 ")
             assert b"per client address" in answer
             assert running.push.connections == 2
@@ -184,6 +184,5 @@ async def test_idle_sockets_are_dropped_after_the_handshake_timeout(
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")  # a slowloris: never ends its headers
         async with asyncio.timeout(5):
             assert await reader.read() == b""  # the hub closed it
-        writer.close()
-        await writer.wait_closed()
+        await close_stream(writer)
         await eventually(lambda: running.push.connections == 0, what="the socket released")

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rspush.hub.server import RunningHub
+from tests.support.sockets import close_stream
 from tests.support.waiting import eventually
 
 
@@ -36,8 +37,7 @@ async def test_sockets_count_from_accept_until_closed(
         await eventually(counted, "five idle sockets in the gauge")
     finally:
         for _, writer in sockets:
-            writer.close()
-            await writer.wait_closed()
+            await close_stream(writer)
 
     async def released() -> bool:
         return await _gauge(client) == 0
