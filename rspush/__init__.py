@@ -6,8 +6,10 @@ The packages, in the order data flows through them (each imports only those abov
   serialiser, the validator) and ``rs-validate``.
 - ``rspush.protocol``: the push contract both ends share, sans-I/O.
 - ``rspush.hub``: the service (ingest, the Redis store, push, materialised documents, HTTP
-  edge, ``rs-hub``, ``rs-publish``); needs the ``hub`` extra.
+  edge, ``rs-hub``); needs the ``hub`` extra.
 - ``rspush.subscriber``: ``rs-subscribe``, the Destination agent.
+- ``rspush.source``: ``rs-publish``, what a Source runs (one post, or ``rs-publish watch``
+  publishing a directory tree); base install.
 
-The hub and the subscriber never import each other.
+The hub, the subscriber and the source never import each other.
 """

@@ -5,12 +5,14 @@ with ``ast``, nothing is imported):
 - ``rspush.protocol`` imports only the standard library (none of its I/O modules), pydantic
   and ``rspush.resourcesync``: it is sans-I/O, shared by both ends;
 - ``rspush.hub`` and ``rspush.subscriber`` never import each other;
+- ``rspush.source`` (``rs-publish``, base install) imports only ``rspush.resourcesync``;
 
 and the same split in the tests (each test above also checks it):
 
 - a test module under ``tests/hub/`` never imports ``rspush.subscriber``, one under
   ``tests/subscriber/`` never imports ``rspush.hub``, directly or through the support modules
-  it imports; only ``tests/e2e/`` runs both;
+  it imports; one under ``tests/source/`` imports neither; only ``tests/e2e/`` runs them
+  together;
 - a test module imports shared support from ``tests.support``, never from another test folder.
 """
 
@@ -49,6 +51,7 @@ ALLOWED_RSPUSH = {
     "protocol": {"protocol", "resourcesync"},
     "hub": {"hub", "protocol", "resourcesync"},
     "subscriber": {"subscriber", "protocol", "resourcesync"},
+    "source": {"source", "resourcesync"},
 }
 
 
@@ -139,6 +142,10 @@ def test_the_checker_flags_violations() -> None:
     assert violations("rspush.protocol.x", "from .positions import Position") == []
     assert violations("rspush.hub.x", "from rspush.protocol import Position\nimport redis") == []
     assert violations("rspush.subscriber.x", "from ..protocol import TopicRequest") == []
+    assert violations("rspush.source.x", "from rspush.hub import settings") != []
+    assert violations("rspush.source.x", "from ..subscriber import mapping") != []
+    assert violations("rspush.hub.x", "from rspush.source import publish") != []
+    assert violations("rspush.source.x", "from rspush.resourcesync import serialise") == []
     _the_checker_flags_violations_in_tests()
 
 
@@ -150,7 +157,11 @@ def test_the_checker_flags_violations() -> None:
 # through tests.support counts as its own import.
 
 TESTS = Path(__file__).resolve().parent
-FORBIDDEN_IN_TESTS = {"hub": "rspush.subscriber", "subscriber": "rspush.hub"}
+FORBIDDEN_IN_TESTS = {
+    "hub": ("rspush.subscriber",),
+    "subscriber": ("rspush.hub",),
+    "source": ("rspush.hub", "rspush.subscriber"),
+}
 SHARED_TESTS = "tests.support"
 
 
@@ -182,7 +193,7 @@ def violations_in_tests(
     """What the test module ``module`` imports, itself or through the tests modules it
     imports (``read`` gives their source), against the rule of its folder."""
     folder = module.split(".")[1]
-    forbidden = FORBIDDEN_IN_TESTS.get(folder)
+    forbidden = FORBIDDEN_IN_TESTS.get(folder, ())
     problems = []
     seen = {module}
     pending = [(module, source, "")]
@@ -190,7 +201,7 @@ def violations_in_tests(
         current, text, via = pending.pop()
         for line, name in _imports_of(current, text):
             where = f"{module} imports {name}" + (f" (through {via})" if via else f" (line {line})")
-            if forbidden and (name == forbidden or name.startswith(forbidden + ".")):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
                 problems.append(where)
             if (
                 current == module
@@ -238,6 +249,9 @@ def _the_checker_flags_violations_in_tests() -> None:
         violations_in_tests("tests.subscriber.test_x", "from rspush.hub.server import bind") != []
     )
     assert violations_in_tests("tests.subscriber.test_x", "from tests.hub import conftest") != []
+    assert violations_in_tests("tests.source.test_x", "import rspush.hub.store") != []
+    assert violations_in_tests("tests.source.test_x", "from tests.support.agents import x") != []
+    assert violations_in_tests("tests.source.test_x", "from rspush.source import tree") == []
     assert violations_in_tests("tests.hub.test_x", "from tests.e2e.test_agent import x") != []
     # Indirect imports, through a support module: real ones, and one given here.
     assert violations_in_tests("tests.hub.test_x", "from tests.support.agents import x") != []

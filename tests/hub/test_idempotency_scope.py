@@ -12,8 +12,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from rspush.hub.publish import MAX_RETRY_WAIT_S, backoff_s, derived_key
 from rspush.resourcesync import parse_document
+from rspush.source.publish import MAX_RETRY_WAIT_S, backoff_s, derived_key
 from tests.support.cli import RS_PUBLISH, run_script
 from tests.support.edge import PRIVATE, PUBLIC, TOKEN_C, LossyProxy, edge_hub, stamped
 from tests.support.fragments import TOKEN_A, Times, auth, change_fragment

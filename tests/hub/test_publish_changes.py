@@ -12,7 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rspush.hub.fragment import (
+from rspush.hub.server import RunningHub
+from rspush.resourcesync import fragment_violations, is_valid_fragment, parse_document
+from rspush.resourcesync.models import Change
+from rspush.source.fragment import (
     ChangeArgumentError,
     IncreasingClock,
     build_fragment,
@@ -20,9 +23,6 @@ from rspush.hub.fragment import (
     parse_deleted,
     parse_with_file,
 )
-from rspush.hub.server import RunningHub
-from rspush.resourcesync import fragment_violations, is_valid_fragment, parse_document
-from rspush.resourcesync.models import Change
 from tests.support.cli import RS_PUBLISH, run_script
 from tests.support.fragments import TOKEN_A, change_fragment
 

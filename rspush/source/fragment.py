@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from rspush.resourcesync.hashes import HashValue
 from rspush.resourcesync.models import Capability, Change, Document, Entry, Metadata
@@ -68,13 +69,19 @@ def _uri(change: Change, loc: str) -> str:
 def file_facts(path: Path) -> FileFacts:
     """Length, MD5 and SHA-256 of ``path`` read in chunks; its media type guessed from its
     name. OSError if it cannot be read."""
-    md5, sha256, length = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0
     with path.open("rb") as handle:
-        while chunk := handle.read(READ_CHUNK_BYTES):
-            md5.update(chunk)
-            sha256.update(chunk)
-            length += len(chunk)
-    media_type, _ = mimetypes.guess_type(path.name)
+        return handle_facts(handle, path.name)
+
+
+def handle_facts(handle: BinaryIO, name: str) -> FileFacts:
+    """Length, MD5 and SHA-256 of what is left to read of ``handle``; the media type guessed
+    from ``name``."""
+    md5, sha256, length = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0
+    while chunk := handle.read(READ_CHUNK_BYTES):
+        md5.update(chunk)
+        sha256.update(chunk)
+        length += len(chunk)
+    media_type, _ = mimetypes.guess_type(name)
     return FileFacts(length, md5.hexdigest(), sha256.hexdigest(), media_type)
 
 
@@ -82,9 +89,19 @@ class IncreasingClock:
     """``now`` in UTC, strictly later than the time it returned before (the wall clock may
     give the same microsecond twice, or step back)."""
 
-    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(
+        self,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        after: datetime | None = None,
+    ) -> None:
         self._now = now
-        self._last: datetime | None = None
+        self._last: datetime | None = after
+        """No time returned is at or before this one (``after``: the last time a previous run
+        may have posted, so a clock stepped back never dates a change backwards)."""
+
+    @property
+    def last(self) -> datetime | None:
+        return self._last
 
     def __call__(self) -> datetime:
         moment = self._now()

@@ -14,7 +14,6 @@ written twice, and a post that never arrived is sent again: exactly once either 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -37,6 +36,7 @@ from .fragment import (
     parse_deleted,
     parse_with_file,
 )
+from .posting import derived_key
 
 app = typer.Typer(
     add_completion=False,
@@ -52,13 +52,6 @@ DEFAULT_RETRY_WAIT_S = 0.5
 MAX_RETRY_WAIT_S = 10.0
 RETRY_STATUSES = frozenset({502, 503, 504})
 """The hub (or a proxy before it) could not handle the post now: worth sending again."""
-
-
-def derived_key(topic: str, body: bytes) -> str:
-    """The Idempotency-Key of a post: the SHA-256 of its topic and body, so the same file
-    posted again to the same topic is the same request."""
-    digest = hashlib.sha256(topic.encode() + b"\n" + body).hexdigest()
-    return f"sha256-{digest}"
 
 
 def backoff_s(attempt: int, first_s: float, retry_after: str | None = None) -> float:
@@ -122,6 +115,8 @@ def main(
 ) -> None:
     """Post changes to the hub and print its JSON receipt.
 
+    To publish a whole directory tree as it changes, see: rs-publish watch --help
+
     The changes are FILE (a Change List fragment, or with --baseline a Resource List), or the
     --created, --updated and --deleted options: a fragment is built with each file's length,
     md5 and sha-256, and the time now (strictly increasing, created first, then updated,
@@ -141,7 +136,7 @@ def main(
     if given and baseline:
         typer.echo("rs-publish: --baseline posts a Resource List FILE, not changes", err=True)
         raise typer.Exit(2)
-    token = _token(token_file)
+    token = source_token(token_file)
     if file is None:
         body = _fragment(created or [], updated or [], deleted or [])
     else:
@@ -216,7 +211,8 @@ def _fragment(created: list[str], updated: list[str], deleted: list[str]) -> byt
     return build_fragment(described, IncreasingClock())
 
 
-def _token(token_file: Path | None) -> str:
+def source_token(token_file: Path | None) -> str:
+    """The Source's bearer token: from ``token_file``, else ``RSPUSH_TOKEN``; exit 2 if none."""
     if token_file is not None:
         try:
             return token_file.read_text().strip()

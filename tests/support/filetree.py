@@ -1,0 +1,154 @@
+"""The file-tree bridge as an operator runs it: a directory served over HTTP (the origin a
+web server would be), ``rs-publish watch`` on it as a real process, and what a test checks
+at the end — the tree's files, and every change the hub lists for the topic."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.staticfiles import StaticFiles
+
+from rspush.resourcesync import Entry, parse_document
+from tests.support.fragments import TOKEN_A
+from tests.support.sockets import bind
+from tests.support.waiting import TIMEOUT_SCALE, eventually
+
+RS_PUBLISH = Path(sys.executable).parent / "rs-publish"
+STARTUP_TIMEOUT_S = 10.0
+WAIT_S = 30.0
+WATCHING = "rs-publish watch: watching"
+
+
+def tree_files(root: Path, skipped: Callable[[str], bool] = lambda _: False) -> dict[str, bytes]:
+    """The regular files of ``root`` a watcher publishes, by '/path' (as ``mirror_files``)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not path.is_symlink() and not skipped(rel):
+            found["/" + rel] = path.read_bytes()
+    return found
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield  # the test process owns the signals
+
+
+@asynccontextmanager
+async def serving_tree(root: Path) -> AsyncIterator[str]:
+    """``root`` served read-only on 127.0.0.1 (any free port), as a static web server would;
+    yields its base URL, ending in ``/``."""
+    sock = bind("127.0.0.1", 0)
+    app = Starlette()
+    app.mount("/", StaticFiles(directory=root, check_dir=True))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="tree-origin")
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT_S * TIMEOUT_SCALE):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sock.close()
+
+
+class Publisher:
+    """An ``rs-publish watch`` subprocess; its output goes to ``log``."""
+
+    def __init__(self, process: asyncio.subprocess.Process, log: Path) -> None:
+        self.process = process
+        self.log_path = log
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    async def until(self, predicate: Callable[[], bool], what: str, timeout: float = WAIT_S):
+        def done() -> bool:
+            if self.process.returncode is not None:
+                pytest.fail(f"rs-publish exited {self.process.returncode}:\n{self.log}")
+            return predicate()
+
+        await eventually(done, what, timeout)
+
+    async def watching(self) -> None:
+        await self.until(lambda: WATCHING in self.log, "the watch to start")
+
+    async def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        async with asyncio.timeout(WAIT_S * TIMEOUT_SCALE):
+            return await self.process.wait()
+
+
+def publisher_env(token: str = TOKEN_A) -> dict[str, str]:
+    return {**os.environ, "RSPUSH_TOKEN": token}
+
+
+def watch_args(
+    root: Path, base_url: str, hub_url: str, *extra: str, quiet: float = 0.3
+) -> list[str]:
+    """``rs-publish watch`` of ``root`` to the topic dataset1, with short waits."""
+    return [
+        "watch", str(root), "--base-url", base_url, "--hub", hub_url, "--topic", "dataset1",
+        "--quiet", str(quiet), "--retry-wait", "0.05", "--max-retry-wait", "0.5", *extra,
+    ]  # fmt: skip
+
+
+@asynccontextmanager
+async def publishing(log: Path, *args: str, token: str = TOKEN_A) -> AsyncIterator[Publisher]:
+    """``rs-publish ARGS`` in the background until the block ends; killed if still running."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        process = await asyncio.create_subprocess_exec(
+            RS_PUBLISH,
+            *args,
+            stdout=out,
+            stderr=out,
+            stdin=asyncio.subprocess.DEVNULL,
+            env=publisher_env(token),
+        )
+    try:
+        yield Publisher(process, log)
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def listed_changes(hub_url: str, topic: str = "dataset1") -> list[Entry]:
+    """Every change the hub lists for ``topic``: the closed lists (archive order), then the
+    open list, read again if a list was closed meanwhile."""
+    async with httpx.AsyncClient(base_url=hub_url, timeout=30) as http:
+        while True:
+            archive = await http.get(f"/topics/{topic}/changelist-archive.xml")
+            assert archive.status_code == 200, archive.text
+            docs = []
+            for item in parse_document(archive.content).entries:
+                reply = await http.get(urlsplit(item.loc).path)
+                assert reply.status_code == 200, (item.loc, reply.text)
+                docs.append(parse_document(reply.content))
+            reply = await http.get(f"/topics/{topic}/changelist.xml")
+            assert reply.status_code == 200, reply.text
+            docs.append(parse_document(reply.content))
+            again = await http.get(f"/topics/{topic}/changelist-archive.xml")
+            if again.content == archive.content:
+                return [e for d in docs for e in d.entries]
