@@ -4,8 +4,9 @@ A path is the tree-relative POSIX path (``a/b c.txt``). A name is skipped when a
 segments matches a skip pattern (``fnmatch``, case-sensitive): ``.*`` leaves out hidden files
 and everything under a hidden folder (``.git/``). Symbolic links are never followed, neither
 to files nor to folders: a link may lead out of the tree, and changes to its target are not
-events of the link. Names that are not valid UTF-8 are skipped too: a URI of them would not
-name the same file at the mirror.
+events of the link. Names no Destination could write back are skipped too: names that are
+not valid UTF-8 (a URI of them would not name the same file at the mirror) and names with a
+backslash (a path separator elsewhere, which rs-subscribe refuses).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ class Skips:
             fnmatch.fnmatchcase(segment, pattern)
             for segment in relative.split("/")
             for pattern in self.patterns
-        ) or not _is_utf8(relative)
+        ) or not _portable(relative)
 
 
-def _is_utf8(name: str) -> bool:
+def _portable(name: str) -> bool:
+    if "\\" in name:
+        return False
     try:
         name.encode()
     except UnicodeEncodeError:  # surrogate escapes: bytes that are not UTF-8

@@ -12,99 +12,27 @@ in a row: no duplicate), ending in the tree's current state (no missed change).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import shutil
-from collections import defaultdict
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import pytest
 
 from rspush.hub.server import RunningHub
-from rspush.resourcesync import Entry
-from rspush.source.tree import Skips
-from tests.support.agents import mirror_files
 from tests.support.cli import running
 from tests.support.filetree import (
+    agent_args,
+    check_history,
     listed_changes,
+    mirrored,
+    published_tree,
     publishing,
     serving_tree,
-    tree_files,
     watch_args,
+    write,
 )
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
-
-SKIPS = Skips()
-
-
-def published_tree(root: Path) -> dict[str, bytes]:
-    return tree_files(root, SKIPS.skipped)
-
-
-async def mirrored(root: Path, dest: Path, timeout: float = 30) -> None:
-    """The mirror equals the published part of the tree (hidden and temp files left out)."""
-
-    def same() -> bool:
-        return mirror_files(dest) == published_tree(root)
-
-    try:
-        await eventually(same, "the mirror to equal the tree", timeout)
-    except AssertionError:
-        mine, theirs = mirror_files(dest), published_tree(root)
-        raise AssertionError(
-            f"mirror != tree: missing {sorted(set(theirs) - set(mine))}, "
-            f"extra {sorted(set(mine) - set(theirs))}, "
-            f"different {sorted(k for k in mine if k in theirs and mine[k] != theirs[k])}"
-        ) from None
-
-
-def histories(entries: list[Entry], base: str) -> dict[str, list[tuple[str, str | None]]]:
-    """Per tree path: its changes in list order, as (change, sha-256 or None)."""
-    found: dict[str, list[tuple[str, str | None]]] = defaultdict(list)
-    for entry in entries:
-        assert entry.loc.startswith(base), entry.loc
-        assert entry.md is not None and entry.md.change is not None
-        sha = next((h.digest for h in entry.md.hash if h.algorithm == "sha-256"), None)
-        found["/" + unquote(urlsplit(entry.loc).path[len(urlsplit(base).path) :])].append(
-            (str(entry.md.change), sha)
-        )
-    return found
-
-
-def check_history(entries: list[Entry], base: str, tree: dict[str, bytes]) -> None:
-    """Each file's changes are a valid sequence with no state announced twice in a row (a
-    duplicate), ending in the tree's current content (nothing missed)."""
-    times = [e.md.datetime for e in entries if e.md is not None]
-    assert all(t is not None for t in times) and times == sorted(times)
-    per_path = histories(entries, base)
-    for path, history in per_path.items():
-        previous: tuple[str, str | None] | None = None
-        for change, sha in history:
-            if previous is None or previous[0] == "deleted":
-                assert change == "created", (path, history)
-            else:
-                assert change in ("updated", "deleted"), (path, history)
-                assert change == "deleted" or sha != previous[1], ("duplicate", path, history)
-            previous = (change, sha)
-        assert previous is not None
-        if path in tree:
-            assert previous == ("updated" if len(history) > 1 else "created", previous[1])
-            assert previous[1] == hashlib.sha256(tree[path]).hexdigest(), (path, history)
-        else:
-            assert previous[0] == "deleted", (path, history)
-    assert set(tree) <= set(per_path), sorted(set(tree) - set(per_path))
-
-
-def write(path: Path, content: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-
-
-def agent_args(hub: RunningHub, base: str, dest: Path) -> list[str]:
-    return [hub.url, "--topic", "dataset1", "--dest", str(dest), "--map", f"{base}="]
 
 
 async def test_a_watched_tree_ends_byte_identical_at_the_mirror(
@@ -122,7 +50,7 @@ async def test_a_watched_tree_ends_byte_identical_at_the_mirror(
     # changes must be dated after it (now), or the agent would skip them.
     async with (
         serving_tree(root) as base,
-        running(tmp_path / "agent", *agent_args(hub, base, dest)) as agent,
+        running(tmp_path / "agent", *agent_args(hub.url, base, dest)) as agent,
     ):
         await agent.subscribed()
         # A quiet period ten times the growing writer's pace below, even on a loaded machine.

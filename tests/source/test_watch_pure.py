@@ -38,6 +38,7 @@ from rspush.source.uris import base_url, uri_of
         ("dir/#draft#", True),
         ("a.part.txt", False),
         ("x\udcff.txt", True),  # not UTF-8: no URI names it at the mirror
+        ("a\\b.txt", True),  # a separator elsewhere: Destinations refuse it
     ],
 )
 def test_default_skips(path: str, skipped: bool) -> None:

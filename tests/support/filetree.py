@@ -1,18 +1,21 @@
 """The file-tree bridge as an operator runs it: a directory served over HTTP (the origin a
 web server would be), ``rs-publish watch`` on it as a real process, and what a test checks
-at the end — the tree's files, and every change the hub lists for the topic."""
+at the end — the mirror equal to the tree's published files, and every change the hub lists
+for the topic, each file's history a valid sequence with no duplicate and nothing missed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
 import sys
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
@@ -21,6 +24,8 @@ from starlette.applications import Starlette
 from starlette.staticfiles import StaticFiles
 
 from rspush.resourcesync import Entry, parse_document
+from rspush.source.tree import Skips
+from tests.support.agents import mirror_files
 from tests.support.fragments import TOKEN_A
 from tests.support.sockets import bind
 from tests.support.waiting import TIMEOUT_SCALE, eventually
@@ -54,7 +59,8 @@ async def serving_tree(root: Path) -> AsyncIterator[str]:
     sock = bind("127.0.0.1", 0)
     app = Starlette()
     app.mount("/", StaticFiles(directory=root, check_dir=True))
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    # "critical": a file changing while it is served is the scenario, not an error to log.
+    config = uvicorn.Config(app, log_level="critical", lifespan="off", access_log=False)
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="tree-origin")
     try:
@@ -152,3 +158,74 @@ async def listed_changes(hub_url: str, topic: str = "dataset1") -> list[Entry]:
             again = await http.get(f"/topics/{topic}/changelist-archive.xml")
             if again.content == archive.content:
                 return [e for d in docs for e in d.entries]
+
+
+SKIPS = Skips()
+
+
+def published_tree(root: Path) -> dict[str, bytes]:
+    return tree_files(root, SKIPS.skipped)
+
+
+async def mirrored(root: Path, dest: Path, timeout: float = 30) -> None:
+    """The mirror equals the published part of the tree (hidden and temp files left out)."""
+
+    def same() -> bool:
+        return mirror_files(dest) == published_tree(root)
+
+    try:
+        await eventually(same, "the mirror to equal the tree", timeout)
+    except AssertionError:
+        mine, theirs = mirror_files(dest), published_tree(root)
+        raise AssertionError(
+            f"mirror != tree: missing {sorted(set(theirs) - set(mine))}, "
+            f"extra {sorted(set(mine) - set(theirs))}, "
+            f"different {sorted(k for k in mine if k in theirs and mine[k] != theirs[k])}"
+        ) from None
+
+
+def histories(entries: list[Entry], base: str) -> dict[str, list[tuple[str, str | None]]]:
+    """Per tree path: its changes in list order, as (change, sha-256 or None)."""
+    found: dict[str, list[tuple[str, str | None]]] = defaultdict(list)
+    for entry in entries:
+        assert entry.loc.startswith(base), entry.loc
+        assert entry.md is not None and entry.md.change is not None
+        sha = next((h.digest for h in entry.md.hash if h.algorithm == "sha-256"), None)
+        found["/" + unquote(urlsplit(entry.loc).path[len(urlsplit(base).path) :])].append(
+            (str(entry.md.change), sha)
+        )
+    return found
+
+
+def check_history(entries: list[Entry], base: str, tree: dict[str, bytes]) -> None:
+    """Each file's changes are a valid sequence with no state announced twice in a row (a
+    duplicate), ending in the tree's current content (nothing missed)."""
+    times = [e.md.datetime for e in entries if e.md is not None]
+    assert all(t is not None for t in times) and times == sorted(times)
+    per_path = histories(entries, base)
+    for path, history in per_path.items():
+        previous: tuple[str, str | None] | None = None
+        for change, sha in history:
+            if previous is None or previous[0] == "deleted":
+                assert change == "created", (path, history)
+            else:
+                assert change in ("updated", "deleted"), (path, history)
+                assert change == "deleted" or sha != previous[1], ("duplicate", path, history)
+            previous = (change, sha)
+        assert previous is not None
+        if path in tree:
+            assert previous[0] != "deleted", (path, history)
+            assert previous[1] == hashlib.sha256(tree[path]).hexdigest(), (path, history)
+        else:
+            assert previous[0] == "deleted", (path, history)
+    assert set(tree) <= set(per_path), sorted(set(tree) - set(per_path))
+
+
+def write(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+def agent_args(hub_url: str, base: str, dest: Path) -> list[str]:
+    """``rs-subscribe run`` of the topic dataset1, the tree's URIs onto ``dest``."""
+    return [hub_url, "--topic", "dataset1", "--dest", str(dest), "--map", f"{base}="]

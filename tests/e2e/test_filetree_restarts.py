@@ -1,0 +1,183 @@
+"""``rs-publish watch`` across restarts and failures: what changed while it was stopped is
+published once on start (or by ``--once``), a batch the hub committed but the watcher never
+heard of is posted again with the same Idempotency-Key (no duplicate), a hub answering 503
+or losing answers only delays changes, and a refusal is one line and exit 1."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from rspush.hub.server import RunningHub
+from tests.support.cli import run_script, running
+from tests.support.edge import LossyProxy
+from tests.support.filetree import (
+    RS_PUBLISH,
+    agent_args,
+    check_history,
+    listed_changes,
+    mirrored,
+    published_tree,
+    publisher_env,
+    publishing,
+    serving_tree,
+    watch_args,
+    write,
+)
+from tests.support.fragments import TOKEN_B
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def test_a_restart_publishes_what_changed_while_stopped_once(
+    hub: RunningHub, tmp_path: Path
+) -> None:
+    root, dest = tmp_path / "tree", tmp_path / "mirror"
+    for name in ("keep.txt", "edit.txt", "gone.txt", "move.txt", "touch.txt"):
+        write(root / name, f"{name}\n".encode())
+    async with (
+        serving_tree(root) as base,
+        running(tmp_path / "agent", *agent_args(hub.url, base, dest)) as agent,
+    ):
+        await agent.subscribed()
+        async with publishing(tmp_path / "p1.log", *watch_args(root, base, hub.url)) as first:
+            await first.watching()
+            await mirrored(root, dest)
+            assert await first.stop(signal.SIGINT) == 0
+        # Stopped: the tree changes behind the watcher's back.
+        write(root / "edit.txt", b"edited while stopped\n")
+        (root / "gone.txt").unlink()
+        (root / "sub").mkdir()
+        (root / "move.txt").rename(root / "sub" / "moved.txt")
+        write(root / "new" / "born.txt", b"created while stopped\n")
+        os.utime(root / "touch.txt", ns=(1, 1))  # a new mtime, the same bytes: no change
+        async with publishing(tmp_path / "p2.log", *watch_args(root, base, hub.url)) as second:
+            await second.watching()
+            await mirrored(root, dest)
+            assert await second.stop() == 0
+        entries = await listed_changes(hub.url)
+    check_history(entries, base, published_tree(root))
+    changes = sorted((e.loc.removeprefix(base), str(e.md.change)) for e in entries if e.md)
+    assert changes == [
+        ("edit.txt", "created"),
+        ("edit.txt", "updated"),
+        ("gone.txt", "created"),
+        ("gone.txt", "deleted"),
+        ("keep.txt", "created"),
+        ("move.txt", "created"),
+        ("move.txt", "deleted"),
+        ("new/born.txt", "created"),
+        ("sub/moved.txt", "created"),
+        ("touch.txt", "created"),
+    ]
+
+
+async def test_once_publishes_the_difference_and_exits(hub: RunningHub, tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    write(root / "b" / "c.txt", b"c\n")
+    args = watch_args(root, "http://files.example/", hub.url, "--once")
+    code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+    assert code == 0, err
+    assert "done: 2 changes accepted" in err
+    code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+    assert code == 0 and "done: 0 changes accepted" in err, err
+    (root / "a.txt").unlink()
+    code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+    assert code == 0 and "done: 1 changes accepted" in err, err
+    entries = await listed_changes(hub.url)
+    assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
+        ("http://files.example/a.txt", "created"),
+        ("http://files.example/b/c.txt", "created"),
+        ("http://files.example/a.txt", "deleted"),
+    ]
+
+
+async def test_a_batch_committed_before_a_crash_is_reposted_with_its_key(
+    hub: RunningHub, tmp_path: Path
+) -> None:
+    """The hub commits the batch but every answer is lost; the watcher is killed (-9) before
+    it could record it. The next run posts the pending batch again, byte for byte with the
+    same key: the hub answers from its receipt, and lists each change once."""
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    write(root / "b.txt", b"b\n")
+    port = int(hub.url.rsplit(":", 1)[1])
+    async with LossyProxy(port, drop=1_000).running() as proxy:
+        args = watch_args(root, "http://files.example/", proxy.url, "--once")
+        async with publishing(tmp_path / "p1.log", *args) as lost:
+            await lost.until(lambda: proxy.dropped >= 2, "answers lost after the commit")
+            assert await lost.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert len(await listed_changes(hub.url)) == 2
+    args = watch_args(root, "http://files.example/", hub.url, "--once")
+    code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+    assert code == 0, err
+    assert "re-posting the batch left pending (2 changes)" in err
+    entries = await listed_changes(hub.url)
+    assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
+        ("http://files.example/a.txt", "created"),
+        ("http://files.example/b.txt", "created"),
+    ]
+    code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+    assert code == 0 and "done: 0 changes accepted" in err, err  # the state has them now
+
+
+async def test_503s_and_lost_answers_only_delay_a_change(hub: RunningHub, tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    port = int(hub.url.rsplit(":", 1)[1])
+    async with LossyProxy(port, drop=2, refuse=3).running() as proxy:
+        args = watch_args(root, "http://files.example/", proxy.url, "--once")
+        code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+        assert code == 0, err
+        assert proxy.dropped == 2 and proxy.refused == 3
+    assert err.count("retrying in") == 5
+    entries = await listed_changes(hub.url)
+    assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
+        ("http://files.example/a.txt", "created")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("topic", "token", "says"),
+    [
+        ("dataset1", TOKEN_B, "403"),  # a Source the topic does not accept
+        ("no-such-topic", None, "404"),
+        ("dataset1", "not-a-token", "401"),
+    ],
+)
+async def test_a_refusal_is_one_line_and_exit_1(
+    hub: RunningHub, tmp_path: Path, topic: str, token: str | None, says: str
+) -> None:
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    args = watch_args(root, "http://files.example/", hub.url, "--once", "--topic", topic)
+    env = publisher_env(token) if token else publisher_env()
+    code, out, err = await run_script(RS_PUBLISH, *args, env=env)
+    assert code == 1 and out == ""
+    [line] = [x for x in err.splitlines() if "refused" in x]
+    assert line.startswith(f"rs-publish watch: the hub refused a post: {says} "), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--base-url", "ftp://files.example/"], "--base-url: 'ftp://files.example/' is not"),
+        (["--base-url", "http://files.example/?x=1"], "--base-url: 'http://files.example/?x=1'"),
+    ],
+)
+async def test_usage_errors_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    code, _, err = await run_script(
+        RS_PUBLISH, *watch_args(tmp_path, "http://x/", "http://127.0.0.1:9"), *args,
+        env=publisher_env(),
+    )  # fmt: skip
+    assert code == 2 and err.startswith(f"rs-publish watch: {says}"), err
+    code, _, err = await run_script(
+        RS_PUBLISH, *watch_args(tmp_path / "nope", "http://x/", "http://127.0.0.1:9"),
+        env=publisher_env(),
+    )  # fmt: skip
+    assert code == 2 and "not a directory" in err, err
