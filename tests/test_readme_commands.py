@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 COMMANDS = ("rs-hub", "rs-publish", "rs-validate", "rs-subscribe")
 WITH_SUBCOMMANDS = {"rs-hub", "rs-subscribe"}
+OPTIONAL_SUBCOMMANDS = {"rs-publish": {"watch"}}
+"""``rs-publish FILE`` posts once; ``rs-publish watch DIR`` is a command of its own."""
 SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.DOTALL | re.MULTILINE)
 OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
@@ -58,7 +60,8 @@ def invocations(line: str) -> list[tuple[tuple[str, ...], list[str]]]:
         elif name in COMMANDS:
             rest = words[i + 1 :]
             command = (name,)
-            if name in WITH_SUBCOMMANDS and rest and not rest[0].startswith("-"):
+            required = name in WITH_SUBCOMMANDS and rest and not rest[0].startswith("-")
+            if required or (rest and rest[0] in OPTIONAL_SUBCOMMANDS.get(name, ())):
                 command, rest = (name, rest[0]), rest[1:]
         else:
             continue
@@ -74,6 +77,7 @@ README_LINES = command_lines((REPO / "README.md").read_text(encoding="utf-8"))
 def test_the_readme_has_commands_to_check() -> None:
     ran = {cmd for line in README_LINES for cmd, _ in invocations(line)}
     assert {("rs-publish",), ("rs-validate",), ("rs-subscribe", "run"), ("rs-hub", "serve")} <= ran
+    assert ("rs-publish", "watch") in ran
 
 
 @pytest.mark.parametrize("line", [line for line in README_LINES if invocations(line)])
@@ -89,6 +93,9 @@ def test_option_parsing_finds_a_missing_option() -> None:
     [(command, options)] = invocations(".venv/bin/rs-publish --hub x --no-such-option=1 f.xml")
     assert command == ("rs-publish",) and options == ["--hub", "--no-such-option"]
     assert "--no-such-option" not in OPTION.findall(help_of(*command))
+    [(command, options)] = invocations("rs-publish watch d --base-url u --created x")
+    assert command == ("rs-publish", "watch") and options == ["--base-url", "--created"]
+    assert "--created" not in OPTION.findall(help_of(*command))
 
 
 HELPS = [
@@ -96,6 +103,7 @@ HELPS = [
     ("rs-hub", "serve"),
     ("rs-hub", "token", "new"),
     ("rs-publish",),
+    ("rs-publish", "watch"),
     ("rs-validate",),
     ("rs-subscribe",),
     ("rs-subscribe", "run"),
