@@ -137,8 +137,9 @@ class Watcher:
                 continue
             stat = regular_stat(path)
             self.debouncer.touch(rel, stat, now)
-            if stat is None and not path.exists():
-                # Perhaps a folder deleted or moved out: what was published under it is gone.
+            if stat is None and rel not in self.published and not path.exists():
+                # Not a file we published: perhaps a folder deleted or moved away, and what
+                # was published under it is gone too.
                 prefix = rel + "/"
                 for gone in (*self.published, *self.debouncer.pending()):
                     if gone.startswith(prefix):

@@ -68,6 +68,14 @@ async def test_a_watched_tree_ends_byte_identical_at_the_mirror(
             shutil.rmtree(root / "nested")
             await mirrored(root, dest)
 
+            # A folder renamed: its files are deleted under the old name, created under the
+            # new one; a folder moved in from outside the tree: its files are created.
+            (root / "new").rename(root / "moved folder")
+            outside = tmp_path / "outside"
+            write(outside / "inner" / "o.txt", b"moved in\n")
+            outside.rename(root / "moved in")
+            await mirrored(root, dest)
+
             # A file written slowly, in pieces closer together than the quiet period:
             # it is published whole, never half-written.
             with (root / "growing.log").open("wb") as growing:

@@ -5,6 +5,7 @@ or losing answers only delays changes, and a refusal is one line and exit 1."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -28,6 +29,9 @@ from tests.support.filetree import (
     write,
 )
 from tests.support.fragments import TOKEN_B
+from tests.support.hubs import HubFactory
+from tests.support.sockets import close_stream
+from tests.support.waiting import TIMEOUT_SCALE
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -136,6 +140,34 @@ async def test_503s_and_lost_answers_only_delay_a_change(hub: RunningHub, tmp_pa
         assert proxy.dropped == 2 and proxy.refused == 3
     assert err.count("retrying in") == 5
     entries = await listed_changes(hub.url)
+    assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
+        ("http://files.example/a.txt", "created")
+    ]
+
+
+async def test_a_busy_hub_s_retry_after_is_honoured(
+    hub_factory: HubFactory, tmp_path: Path
+) -> None:
+    """A hub at its connection cap answers 503 with ``Retry-After: 1``: the watcher waits
+    that second (not its own 0.05 s backoff) and posts again once the hub has room."""
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    async with hub_factory(max_connections=40, header_timeout_s=60.0) as busy:
+        port = int(busy.url.rsplit(":", 1)[1])
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(40)]
+        args = watch_args(root, "http://files.example/", busy.url, "--once")
+        async with publishing(tmp_path / "p.log", *args) as publisher:
+            try:
+                await publisher.until(
+                    lambda: "503; retrying in 1 s" in publisher.log, "a refusal to wait out"
+                )
+            finally:
+                for _, writer in held:
+                    await close_stream(writer)
+            async with asyncio.timeout(30 * TIMEOUT_SCALE):
+                assert await publisher.process.wait() == 0, publisher.log
+        assert "done: 1 changes accepted" in publisher.log
+        entries = await listed_changes(busy.url)
     assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
         ("http://files.example/a.txt", "created")
     ]

@@ -4,8 +4,9 @@ installed console scripts.
 
 - The full install (``rspush[hub]``) runs the hub with its embedded server, publishes one
   change, mirrors it with ``rs-subscribe`` and validates the served Change List.
-- The base install (the Destination's) has ``rs-subscribe`` and ``rs-validate`` but none of
-  the hub's server dependencies, and ``rs-hub serve`` says which extra it needs.
+- The base install (the Destination's and the Source's) has ``rs-subscribe``, ``rs-publish``
+  (``watch`` included) and ``rs-validate`` but none of the hub's server dependencies, and
+  ``rs-hub serve`` says which extra it needs.
 - The wheel puts exactly one import name, ``rspush``, into site-packages.
 
 A packaging mistake (a package left out, a data file missing, a generic top-level name)
@@ -116,8 +117,11 @@ def test_the_destination_install_has_no_hub_dependencies(
             [bin_dir / "python", "-c", f"import {module}"], capture_output=True, env=env
         )
         assert probe.returncode != 0, f"{module} is installed without the hub extra"
-    # The protocol and the agent import without the hub's dependencies.
+    # The protocol and the agent import without the hub's dependencies; so does the Source's
+    # rs-publish, watch included.
     _run(bin_dir / "python", "-c", "import rspush.subscriber.agent, rspush.protocol", env=env)
+    _run(bin_dir / "python", "-c", "import rspush.source.watcher", env=env)
+    assert "--base-url" in _run(bin_dir / "rs-publish", "watch", "--help", env=env)
     refused = subprocess.run(
         [bin_dir / "rs-hub", "serve"], capture_output=True, text=True, env=env, timeout=60
     )
