@@ -73,13 +73,21 @@ class State:
     def __init__(self, path: Path, *, topic: str, base_url: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _locked(path.with_name(path.name + ".lock"))
-        self._db = sqlite3.connect(path, isolation_level=None)
-        # WAL with FULL sync: a committed acknowledgement survives a crash or power loss.
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
-        self._pin("topic", topic)
-        self._pin("base_url", base_url)
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None)
+        except BaseException:
+            self._lock.close()
+            raise
+        try:
+            # WAL with FULL sync: a committed acknowledgement survives a crash or power loss.
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+            self._pin("topic", topic)
+            self._pin("base_url", base_url)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         self._db.close()

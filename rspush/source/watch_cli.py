@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import sys
 import threading
 from datetime import UTC, datetime
@@ -149,6 +150,16 @@ def watch(
         batch_entries=batch,
         force_polling=poll,
     )
+    try:
+        opened = State(state_path, topic=topic, base_url=base)
+    except StateError as exc:
+        _fail(str(exc), 2)
+    except OSError as exc:
+        _fail(f"cannot open the state file: {exc.strerror}", 2)
+    except sqlite3.Error as exc:
+        _fail(f"cannot use the state file: {exc}", 2)
+    poster = Poster(hub, topic, token, first_wait_s=retry_wait, max_wait_s=max_retry_wait, log=_log)
+    watcher = Watcher(options, poster, opened, _log)
     stop = threading.Event()
 
     def terminate(signum: int, frame: object) -> None:
@@ -158,14 +169,6 @@ def watch(
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
-    try:
-        opened = State(state_path, topic=topic, base_url=base)
-    except StateError as exc:
-        _fail(str(exc), 2)
-    except OSError as exc:
-        _fail(f"cannot open the state file: {exc.strerror}", 2)
-    poster = Poster(hub, topic, token, first_wait_s=retry_wait, max_wait_s=max_retry_wait, log=_log)
-    watcher = Watcher(options, poster, opened, _log)
     try:
         if once:
             watcher.once()

@@ -6,7 +6,8 @@ the console scripts in subprocesses; the hub runs in this test's event loop on t
 Redis, and the tree is served over HTTP by a static file server (the origin a web server
 would be). At the end the hub's Change Lists are read back: each file's history must be a
 valid sequence (created, then updated or deleted; never the same state announced twice
-in a row: no duplicate), ending in the tree's current state (no missed change).
+in a row: no duplicate), ending in the tree's current state (no missed change). Hidden and
+temporary files, and symbolic links (out of the tree or within it), are never published.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ async def test_a_watched_tree_ends_byte_identical_at_the_mirror(
     write(root / ".hidden", b"never published\n")
     write(root / "draft.tmp", b"never published\n")
     write(root / ".git" / "config", b"never published\n")
+    # Links are not followed: neither out of the tree nor within it.
+    write(tmp_path / "secret" / "key.txt", b"outside the tree\n")
+    (root / "link-to-file").symlink_to(tmp_path / "secret" / "key.txt")
+    (root / "link-to-folder").symlink_to(tmp_path / "secret", target_is_directory=True)
+    (root / "link-inside").symlink_to(root / "a.txt")
     # The agent first: it takes its baseline of the empty topic, so the watcher's first
     # changes must be dated after it (now), or the agent would skip them.
     async with (
@@ -90,7 +96,6 @@ async def test_a_watched_tree_ends_byte_identical_at_the_mirror(
     check_history(entries, base, published_tree(root))
     grown = [e for e in entries if e.loc.endswith("/growing.log")]
     assert [e.md.length for e in grown if e.md] == [80_000]
-    assert not [
-        e for e in entries if any(s in e.loc for s in (".hidden", ".tmp", ".git", ".swp", ".part"))
-    ]
+    never = (".hidden", ".tmp", ".git", ".swp", ".part", "link-")
+    assert not [e for e in entries if any(s in e.loc for s in never)]
     assert "stopped" in publisher.log

@@ -213,3 +213,22 @@ async def test_usage_errors_exit_2(tmp_path: Path, args: list[str], says: str) -
         env=publisher_env(),
     )  # fmt: skip
     assert code == 2 and "not a directory" in err, err
+
+
+async def test_an_unusable_state_file_is_one_line_and_exit_2(
+    hub: RunningHub, tmp_path: Path
+) -> None:
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"not a database, not even close" * 100)
+    args = watch_args(root, "http://files.example/", hub.url, "--once")
+    code, _, err = await run_script(RS_PUBLISH, *args, "--state", str(garbage), env=publisher_env())
+    assert code == 2 and err.startswith("rs-publish watch: cannot use the state file: "), err
+    async with publishing(tmp_path / "p.log", *watch_args(root, "http://f/", hub.url)) as one:
+        await one.watching()
+        code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+        assert code == 2 and "another rs-publish watch is using this state file" in err, err
+        assert await one.stop() == 0
+    code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
+    assert code == 2 and "written for base url 'http://f/', not 'http://files.example/'" in err
