@@ -209,13 +209,21 @@ class Watcher:
 
     def _post(self, pending: Pending) -> None:
         receipt = self.poster.post(pending.body, pending.key)
+        if receipt.get("replayed") or receipt.get("duplicates"):
+            # A batch the hub committed before (its answer lost, or this process killed
+            # before recording it): answered from its receipt, or its changes held already.
+            self.log(
+                f"the hub already had this batch (replayed: {bool(receipt.get('replayed'))}, "
+                f"duplicates: {int(receipt.get('duplicates') or 0)})"
+            )
         self.state.acknowledged()
         for row in pending.rows:
             if row.published is None:
                 self.published.pop(row.path, None)
             else:
                 self.published[row.path] = row.published
-        self.posted += int(receipt.get("accepted", 0))
+        if not receipt.get("replayed"):
+            self.posted += int(receipt.get("accepted", 0))
 
     # --- the loops -------------------------------------------------------------------------
 

@@ -120,6 +120,8 @@ async def test_a_batch_committed_before_a_crash_is_reposted_with_its_key(
     code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
     assert code == 0, err
     assert "re-posting the batch left pending (2 changes)" in err
+    assert "the hub already had this batch (replayed: True" in err
+    assert "done: 0 changes accepted" in err  # the replay is not counted again
     entries = await listed_changes(hub.url)
     assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
         ("http://files.example/a.txt", "created"),
