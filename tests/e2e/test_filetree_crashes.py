@@ -111,7 +111,7 @@ async def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
         entries = await listed_changes(hub.url)
     check_history(entries, base, published_tree(root))
     reposted = sum("re-posting" in p.read_text() for p in logs.iterdir())
-    posts = sum(p.read_text().count("published") for p in logs.iterdir())
+    posts = sum(p.read_text().count("watch: published ") for p in logs.iterdir())
     print(
         f"{made} changes made, {len(entries)} listed in {posts} acknowledged posts, "
         f"{reposted} pending batches re-posted"

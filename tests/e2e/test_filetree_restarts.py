@@ -1,7 +1,8 @@
 """``rs-publish watch`` across restarts and failures: what changed while it was stopped is
 published once on start (or by ``--once``), a batch the hub committed but the watcher never
-heard of is posted again with the same Idempotency-Key (no duplicate), a hub answering 503
-or losing answers only delays changes, and a refusal is one line and exit 1."""
+heard of is posted again with the same Idempotency-Key (no duplicate), a hub not up yet,
+answering 503 (its Retry-After honoured) or losing answers only delays changes, and a
+refusal or an unusable state file is one line and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rspush.hub.server import RunningHub
+from rspush.hub.server import RunningHub, bind, running_hub
 from tests.support.cli import run_script, running
 from tests.support.edge import LossyProxy
 from tests.support.filetree import (
@@ -29,7 +30,7 @@ from tests.support.filetree import (
     write,
 )
 from tests.support.fragments import TOKEN_B
-from tests.support.hubs import HubFactory
+from tests.support.hubs import HubFactory, make_settings
 from tests.support.sockets import close_stream
 from tests.support.waiting import TIMEOUT_SCALE
 
@@ -234,3 +235,24 @@ async def test_an_unusable_state_file_is_one_line_and_exit_2(
         assert await one.stop() == 0
     code, _, err = await run_script(RS_PUBLISH, *args, env=publisher_env())
     assert code == 2 and "written for base url 'http://f/', not 'http://files.example/'" in err
+
+
+async def test_a_hub_not_yet_up_is_waited_for(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    """Connection refused: the watcher keeps trying, and publishes once the hub is up."""
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    probe = bind("127.0.0.1", 0)
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    base = f"http://127.0.0.1:{port}"
+    args = watch_args(root, "http://files.example/", base, "--once")
+    async with publishing(tmp_path / "p.log", *args) as publisher:
+        await publisher.until(lambda: "ConnectError; retrying" in publisher.log, "a refusal")
+        settings = make_settings(redis_url, prefix, base)
+        async with running_hub(settings, sock=bind("127.0.0.1", port)) as late:
+            async with asyncio.timeout(30 * TIMEOUT_SCALE):
+                assert await publisher.process.wait() == 0, publisher.log
+            entries = await listed_changes(late.url)
+    assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
+        ("http://files.example/a.txt", "created")
+    ]
