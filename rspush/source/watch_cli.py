@@ -17,7 +17,7 @@ from .publish import source_token
 from .state import State, StateError
 from .tree import DEFAULT_SKIPS, Skips
 from .uris import base_url as checked_base_url
-from .watcher import DEFAULT_BATCH_ENTRIES, DEFAULT_QUIET_S, Options, Watcher
+from .watcher import DEFAULT_BATCH_ENTRIES, DEFAULT_QUIET_S, Options, TreeGone, Watcher
 
 STATE_DIR = ".rs-publish"
 STATE_NAME = "state.sqlite"
@@ -127,7 +127,8 @@ def watch(
     (unreachable, 5xx, 429) are retried with backoff until it does; nothing is dropped.
 
     Exit status: 0 stopped (Ctrl-C, SIGTERM) or --once done; 1 the hub refused a post
-    (bad token, unknown topic; its message is printed); 2 usage or state file errors.
+    (bad token, unknown topic; its message is printed); 2 usage or state file errors, or
+    DIR itself gone (moved, deleted, unmounted: its files are not published as deleted).
     """
     root = directory.resolve()
     if not root.is_dir():
@@ -180,6 +181,8 @@ def watch(
         _log(f"stopped: {watcher.posted} changes accepted")
     except HubRefused as exc:
         _fail(f"the hub refused a post: {exc}", 1)
+    except TreeGone as exc:
+        _fail(str(exc), 2)
     finally:
         poster.close()
         opened.close()

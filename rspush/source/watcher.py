@@ -41,6 +41,10 @@ TICK_S = 0.1
 """How often pending files are checked for quiet while no event arrives."""
 
 
+class TreeGone(Exception):
+    """The watched directory itself is gone (moved, deleted, unmounted)."""
+
+
 @dataclass(frozen=True)
 class Options:
     root: Path
@@ -157,6 +161,10 @@ class Watcher:
 
     def publish_due(self) -> None:
         """Publish every due file that is still as it was when last touched, in batches."""
+        if not self.o.root.is_dir():
+            # Its files are not deleted resources: a volume unmounted, a folder moved away
+            # by mistake. Telling every mirror to delete everything is not for us to decide.
+            raise TreeGone(f"{self.o.root}: the tree is gone; nothing published for it")
         decided: list[Decided] = []
         refreshed: list[Row] = []
         for path, seen in self.debouncer.due(self.monotonic()):

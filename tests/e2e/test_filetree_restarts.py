@@ -256,3 +256,21 @@ async def test_a_hub_not_yet_up_is_waited_for(redis_url: str, prefix: str, tmp_p
     assert [(e.loc, str(e.md.change)) for e in entries if e.md] == [
         ("http://files.example/a.txt", "created")
     ]
+
+
+async def test_a_tree_gone_as_a_whole_is_not_published_as_deleted(
+    hub: RunningHub, tmp_path: Path
+) -> None:
+    """The watched folder moved away (or its volume unmounted): exit 2, no deletions."""
+    root = tmp_path / "tree"
+    write(root / "a.txt", b"a\n")
+    write(root / "b" / "c.txt", b"c\n")
+    async with publishing(tmp_path / "p.log", *watch_args(root, "http://f/", hub.url)) as p:
+        await p.watching()
+        await p.until(lambda: "published 2 created" in p.log, "the first publication")
+        root.rename(tmp_path / "elsewhere")
+        async with asyncio.timeout(30 * TIMEOUT_SCALE):
+            assert await p.process.wait() == 2, p.log
+    assert "the tree is gone; nothing published for it" in p.log
+    entries = await listed_changes(hub.url)
+    assert sorted(str(e.md.change) for e in entries if e.md) == ["created", "created"]
