@@ -115,7 +115,8 @@ def watch(
       export RSPUSH_TOKEN=...   # the Source's token, known to the hub
       rs-publish watch /srv/www/data --base-url https://data.example.org/ \\
           --hub https://hub.example.org --topic data
-      rs-subscribe run https://hub.example.org/topics/data/ --dest /srv/mirror
+      rs-subscribe run https://hub.example.org --topic data --dest /srv/mirror \\
+          --map https://data.example.org/=
 
     Each file created, updated or deleted is posted as a change with its length, md5 and
     sha-256, dated now, once it has been quiet for --quiet seconds; a rename is a deletion
