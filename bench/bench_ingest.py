@@ -25,12 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -137,6 +142,37 @@ async def publish_latency(hub: Hub, rate: int, seconds: float) -> list[float]:
     return sorted(latencies)
 
 
+@contextlib.contextmanager
+def profiled(hub: Hub, target: Path | None) -> Iterator[None]:
+    """py-spy sampling the hub process (and its workers) while the block runs."""
+    if target is None:
+        yield
+        return
+    spy = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(hub.pid),
+            "--subprocesses",
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            "--output",
+            str(target),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1)  # py-spy attaches
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posters", type=int, default=4)
@@ -146,6 +182,12 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--workers", type=int, help="rs-hub serve --workers (default: its own)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="record the hub's ingest phase with py-spy (pip install py-spy) into this file "
+        "(collapsed stacks, one line per stack: flamegraph.pl or speedscope read it)",
+    )
     args = parser.parse_args()
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -167,7 +209,8 @@ def main() -> None:
             log("hub ingest: %d changes, %d posters", total, args.posters)
             groups = {"hub": [hub.pid, *children(hub.pid)]}
             cpu = Cpu(groups)
-            hub_s = asyncio.run(hub_ingest(hub, bodies, args.posters))
+            with profiled(hub, args.profile):
+                hub_s = asyncio.run(hub_ingest(hub, bodies, args.posters))
             used = cpu.used()
             log("publish calls: %d changes/s for %.0f s", args.rate, args.latency_seconds)
             latencies = asyncio.run(publish_latency(hub, args.rate, args.latency_seconds))
