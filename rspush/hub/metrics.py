@@ -106,10 +106,15 @@ class HubMetrics:
         self.changes_sent.labels(topic).inc(subscribers * changes)
         self.push_lag.labels(topic).observe(max(lag_s, 0.0))
 
-    def render(self) -> bytes:
+    def view(self) -> CollectorRegistry:
+        """What ``/metrics`` and ``/status`` read: this process's registry, or under
+        ``--workers`` the sum over every worker's."""
         shared = os.environ.get(MULTIPROC_ENV)
-        if shared:
-            registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
-            return generate_latest(registry)
-        return generate_latest(self.registry)
+        if not shared:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
+        return registry
+
+    def render(self) -> bytes:
+        return generate_latest(self.view())

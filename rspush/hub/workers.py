@@ -61,7 +61,10 @@ POLL_S = 0.2
 
 
 def default_workers() -> int:
-    """One process per CPU."""
+    """One process per CPU this process may run on (its affinity mask, e.g. a container's
+    cpuset; ``os.cpu_count()`` where the OS has no such mask)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
 
 

@@ -106,6 +106,9 @@ async def test_two_workers_ingest_and_push(hub: HubProcess) -> None:
         await eventually(lambda: metric(url, subscribers) == 1, what="summed subscriber gauge")
         assert metric(url, 'rspush_push_changes_sent_total{topic="dataset1"}') == 3
         assert metric(url, 'rspush_accepted_changes_total{topic="dataset1"}') == 3
+        status = httpx.get(f"{url}/status", headers={"Accept": "application/json"}, timeout=30)
+        [topic] = status.json()["topics"]
+        assert topic["subscribers"] == 1 and topic["push_lag"]["batches"] >= 1
 
 
 async def test_a_killed_worker_is_restarted_in_its_role(hub: HubProcess) -> None:
