@@ -25,9 +25,6 @@ Parsing and planning run in worker threads (:func:`asyncio.to_thread`): a 10,000
 fragment costs the CPU a large fraction of a second, which on the event loop would stall every
 other request, the health checks and the push channel; in a thread the loop keeps its turn
 (lxml parses with the GIL released, and the interpreter switches threads every few ms).
-A small body (up to :data:`INLINE_BODY_BYTES`, a few dozen changes) is parsed and planned on
-the loop instead: that takes well under a millisecond, less than the four thread hand-offs it
-saves on a busy machine.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from rspush.resourcesync import Document
 from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us, to_us
@@ -65,17 +62,6 @@ STAMP_RETRIES = 5
 SEED_MAX_ENTRIES = 1_000_000
 NOTIFICATION_MEDIA_TYPE = "application/xml"
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
-INLINE_BODY_BYTES = 16 * 1024
-"""Bodies up to this size are parsed and planned on the event loop, larger ones in a thread."""
-_T = TypeVar("_T")
-
-
-async def _cpu(size: int, function: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
-    """``function(*args, **kwargs)`` for a body of ``size`` bytes: inline when small, else in
-    a worker thread."""
-    if size <= INLINE_BODY_BYTES:
-        return function(*args, **kwargs)
-    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 def _utc_now() -> datetime:
@@ -115,8 +101,6 @@ class Admitted:
     key: str | None
     source: str
     body_sha256: str
-    size: int
-    """The body's length in bytes."""
 
 
 class IngestService:
@@ -195,8 +179,7 @@ class IngestService:
         for attempt in range(STAMP_RETRIES):
             # Every plan checks the given times against the clock (future tolerance), never
             # against the stamp; a re-plan only moves the stamped times.
-            plan = await _cpu(
-                admitted.size,
+            plan = await asyncio.to_thread(
                 plan_changes,
                 admitted.document,
                 now=now,
@@ -233,8 +216,7 @@ class IngestService:
         admitted = await self._admit(token, topic, idempotency_key, body)
         limits = self.settings.limits
         now = self.clock()
-        plan = await _cpu(
-            admitted.size,
+        plan = await asyncio.to_thread(
             plan_seed,
             admitted.document,
             max_entries=SEED_MAX_ENTRIES,
@@ -261,10 +243,10 @@ class IngestService:
         source = self.authorise(token, topic)
         key = checked_idempotency_key(idempotency_key)
         raw = await body()
-        document, digest = await _cpu(
-            len(raw), _parse_and_digest, raw, self.settings.limits.max_body_bytes
+        document, digest = await asyncio.to_thread(
+            _parse_and_digest, raw, self.settings.limits.max_body_bytes
         )
-        return Admitted(document, key, source.name, digest, len(raw))
+        return Admitted(document, key, source.name, digest)
 
 
 def _receipt(receipt: dict[str, Any], topic: str, replayed: bool) -> dict[str, Any]:
