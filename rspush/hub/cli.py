@@ -79,8 +79,8 @@ def serve(
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
 
     With --workers N > 1 (the default on a machine with several CPUs) the hub runs as N
-    processes on one Redis (docs/hub.md, "Processes"): this one holds the ports and the
-    embedded server, the workers serve; all stop together.
+    worker processes on one Redis plus this one, which holds the ports and the embedded
+    server (docs/hub.md, "Processes"); all stop together.
 
     Exit status: 0 stopped by a signal; 1 the embedded server failed, workers kept dying, or
     another OS error; 2 configuration error, data dir in use by another hub, or a port that
