@@ -416,6 +416,100 @@ async def run(args: argparse.Namespace, pool: ClientPool, workdir: Path) -> dict
     return results
 
 
+async def ingest_under_fanout(
+    args: argparse.Namespace, pool: ClientPool, workdir: Path, workers: int
+) -> dict[str, Any]:
+    """Ingest while fan-out saturates, on a hub of ``workers`` processes: one poster feeds
+    topic ``fan`` (``--changes`` in fragments of ``--fragment``, as fast as accepted) to
+    ``--contention-subscribers`` clients, while a probe poster posts 10-change fragments to
+    topic ``probe`` (no subscribers) back to back. Accepted POSTs/s of each over the window
+    from the first POST to the last client holding every change."""
+    directory = workdir / f"workers{workers}"
+    directory.mkdir()
+    hub = start_hub(
+        directory,
+        ["fan", "probe"],
+        push={"send_buffer_bytes": HUB_SEND_BUFFER},
+        extra_args=["--workers", str(workers)],
+    )
+    fan, probe = Poster(hub.port, quickack=True), Poster(hub.port, quickack=True)
+    n, changes = args.contention_subscribers, args.changes
+    bodies = fanout_bodies(changes, args.fragment)
+    try:
+        connect_s = await pool.connect(hub.push_url, n, "fan")
+        timeout = args.phase_timeout
+        pool.send_all("receive", expected=changes, unit="changes", timeout=timeout)
+        done = asyncio.Event()
+        probe_done: list[float] = []
+        probe_ms: list[float] = []
+
+        async def probing() -> None:
+            k = 0
+            while not done.is_set():
+                now = w3c(datetime.now(UTC))
+                body = fragment((k + i, now) for i in range(10))
+                k += 10
+                sent = time.perf_counter()
+                await probe.post("probe", body)
+                probe_ms.append((time.perf_counter() - sent) * 1000)
+                probe_done.append(time.time())
+
+        cpu = Cpu({"hub": [hub.pid, *children(hub.pid)], "clients": pool.pids})
+        started = time.time()
+        task = asyncio.create_task(probing())
+        for body in bodies:
+            await fan.post("fan", body)
+        posted = time.time()
+        result = merge(await pool.results(timeout + 30))
+        done.set()
+        await task
+        used = cpu.used()
+        await pool.call("close", timeout=120)
+    except BaseException:
+        hub.print_log(40, skip=("connection open", "connection closed"))
+        raise
+    finally:
+        await fan.close()
+        await probe.close()
+        hub.stop()
+    end = result["last_done"] or time.time()
+    window = end - started
+    probes = sum(1 for t in probe_done if t <= end)
+    probe_ms.sort()
+    return {
+        "workers": workers,
+        "subscribers": n,
+        "connect_seconds": connect_s,
+        "changes": changes,
+        "window_seconds": window,
+        "fan_posts_per_s": len(bodies) / (posted - started),
+        "probe_posts_per_s": probes / window,
+        "probe_ms": quantile_points(probe_ms),
+        "delivered_changes_per_s": result["got"] / window,
+        "complete_clients": result["complete"],
+        "cpu_percent": used,
+    }
+
+
+def report_contention(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"\nIngest while fan-out saturates ({rows[0]['subscribers']:,} subscribers, "
+        f"{rows[0]['changes']:,} changes to them; probe: 10-change POSTs to a topic nobody "
+        "follows):"
+    )
+    print(
+        f"  {'workers':>7} {'fan POSTs/s':>12} {'probe POSTs/s':>14} {'probe p50':>10} "
+        f"{'probe p99':>10} {'delivered/s':>12} {'complete':>9}"
+    )
+    for r in rows:
+        q = r["probe_ms"]
+        print(
+            f"  {r['workers']:>7} {r['fan_posts_per_s']:>12,.0f} {r['probe_posts_per_s']:>14,.0f} "
+            f"{q['p50']:>8.1f}ms {q['p99']:>8.1f}ms {r['delivered_changes_per_s']:>12,.0f} "
+            f"{r['complete_clients']:>9}"
+        )
+
+
 # --- report ----------------------------------------------------------------------------------
 
 
@@ -565,6 +659,13 @@ def main() -> None:
         action="store_true",
         help="post without TCP_QUICKACK (each POST then waits ~40 ms for the hub's body)",
     )
+    parser.add_argument(
+        "--ingest-under-fanout",
+        metavar="WORKERS",
+        help="instead of the phases: ingest while fan-out saturates, on a hub started with "
+        "each of these --workers counts in turn (e.g. 1,2)",
+    )
+    parser.add_argument("--contention-subscribers", type=int, default=1000)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--raw-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--raw-frame", type=Path, help=argparse.SUPPRESS)
@@ -578,6 +679,22 @@ def main() -> None:
     args.phases = set(args.phases.split(","))
     pool = ClientPool(args.client_procs)
     started = time.monotonic()
+    if args.ingest_under_fanout:
+        rows = []
+        load = os.getloadavg()
+        try:
+            with tempfile.TemporaryDirectory(prefix="rspush-bench-push-") as tmp:
+                for workers in (int(w) for w in args.ingest_under_fanout.split(",")):
+                    log("ingest under fan-out: --workers %d", workers)
+                    rows.append(asyncio.run(ingest_under_fanout(args, pool, Path(tmp), workers)))
+        finally:
+            pool.stop()
+        print(command_line("bench.bench_push"))
+        print(f"load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}, {os.cpu_count()} cpus")
+        report_contention(rows)
+        if args.json:
+            write_json(args.json, {"ingest_under_fanout": rows, "load": [load, os.getloadavg()]})
+        return
     try:
         with tempfile.TemporaryDirectory(prefix="rspush-bench-push-") as tmp:
             results = asyncio.run(run(args, pool, Path(tmp)))

@@ -358,7 +358,7 @@ def build_app(hub: Hub) -> Starlette:
         ]
         data = await collect(
             hub.store,
-            hub.metrics.registry,
+            hub.metrics.view(),
             topics,
             started_monotonic=hub.started_monotonic,
             now_us=to_us(datetime.now(UTC)),

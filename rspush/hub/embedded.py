@@ -150,10 +150,8 @@ def _read_pid(path: Path) -> int | None:
     return int(text) if text.isdecimal() and int(text) > 0 else None
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` arming the parent-death signal in the child, or None where the OS has
-    no ``prctl``. Everything is looked up here, in the parent: between fork and exec the child
-    only calls into libc."""
+def _prctl() -> Any:
+    """libc's ``prctl``, or None where the OS has none."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -162,6 +160,16 @@ def _die_with_parent() -> Callable[[], None] | None:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` arming the parent-death signal in the child, or None where the OS has
+    no ``prctl``. Everything is looked up here, in the parent: between fork and exec the child
+    only calls into libc."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
     parent = os.getpid()
 
     def arm() -> None:
@@ -171,6 +179,16 @@ def _die_with_parent() -> Callable[[], None] | None:
             os._exit(1)
 
     return arm
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child process (a hub worker): get SIGTERM when ``parent`` dies, and exit now if
+    it already has. Does nothing where the OS has no ``prctl``."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _alive(pid: int) -> bool:

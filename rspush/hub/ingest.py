@@ -27,21 +27,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from rspush.protocol import MAX_CHANGE_BYTES, change_json
+from rspush.protocol import MAX_CHANGE_BYTES, change_json_with
 from rspush.resourcesync import (
     Capability,
     Change,
     Document,
     DocumentError,
     Entry,
-    Metadata,
     Severity,
     parse_document,
     validate,
 )
 from rspush.resourcesync.fragments import FRAGMENT_CAPABILITIES, RELAXED_FOR_FRAGMENTS
-from rspush.resourcesync.serialiser import serialise_entry
-from rspush.resourcesync.w3cdt import to_us
+from rspush.resourcesync.serialiser import md_element, serialise_entry_with
+from rspush.resourcesync.w3cdt import format_w3c_datetime, to_us
 
 from .errors import Code, DocumentRejected
 
@@ -189,42 +188,38 @@ def plan_changes(
 
 
 def _record(entry: Entry, moment: datetime) -> ChangeRecord:
-    md = entry.md or Metadata()
-    change = md.change or Change.UPDATED
-    # What the hub publishes always says when the change happened (1.1 datetime) and, for a
-    # created/updated resource, its lastmod — as the Resource List does: 1.0 clients (resync
-    # among them) date resources by lastmod only.
-    update: dict[str, object] = {"md": md.model_copy(update={"datetime": moment})}
-    if change != Change.DELETED and entry.lastmod is None:
-        update["lastmod"] = moment
-    stored = entry.model_copy(update=update)
-    state_xml = None if change == Change.DELETED else serialise_entry(_state_entry(entry, moment))
+    """The three forms of one change, built from the posted entry in one pass (no model
+    copies; each datetime formatted once):
+
+    - the Change List entry: what the Source sent, always saying when the change happened
+      (1.1 ``rs:md@datetime``) and, for a created/updated resource, its lastmod — as the
+      Resource List does: 1.0 clients (resync among them) date resources by lastmod only;
+    - the Resource List entry after the change (:func:`_state_xml`), None for a deletion;
+    - the push channel's JSON form of the Change List entry."""
+    md = entry.md
+    change = (md.change if md is not None else None) or Change.UPDATED
+    moment_text = format_w3c_datetime(moment)
+    own_lastmod = None if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
+    deleted = change == Change.DELETED
+    lastmod = own_lastmod if deleted else own_lastmod or moment_text
+    entry_md = md_element(md, {"datetime": moment_text})
     return ChangeRecord(
         time_us=to_us(moment),
         loc=entry.loc,
         change=change,
-        entry_xml=serialise_entry(stored),
-        state_xml=state_xml,
-        entry_json=change_json(stored, change, moment),
+        entry_xml=serialise_entry_with(entry, lastmod=lastmod, md=entry_md),
+        state_xml=None if deleted else _state_xml(entry, own_lastmod or moment_text),
+        entry_json=change_json_with(entry, change, moment_text, lastmod),
     )
 
 
-def _state_entry(entry: Entry, moment: datetime) -> Entry:
+_NOT_STATE: dict[str, str | None] = {"change": None, "datetime": None}
+"""What a Resource List entry does not say of its resource: the change and its time."""
+
+
+def _state_xml(entry: Entry, lastmod: str) -> str:
     """The Resource List entry after this change: lastmod and the representation metadata."""
-    md = entry.md
-    kept = None
-    if md is not None:
-        kept = md.model_copy(update={"change": None, "datetime": None})
-        if kept == Metadata():
-            kept = None
-    return Entry.model_construct(
-        loc=entry.loc,
-        lastmod=entry.lastmod or moment,
-        changefreq=entry.changefreq,
-        priority=entry.priority,
-        md=kept,
-        links=entry.links,
-    )
+    return serialise_entry_with(entry, lastmod=lastmod, md=md_element(entry.md, _NOT_STATE))
 
 
 def plan_seed(
@@ -256,6 +251,8 @@ def plan_seed(
             f"{future_tolerance.total_seconds():.0f} s ahead of the hub's clock",
         )
     state: dict[str, str] = {}
+    at_text = format_w3c_datetime(at)
     for entry in document.entries:
-        state[entry.loc] = serialise_entry(_state_entry(entry, entry.lastmod or at))
+        lastmod = at_text if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
+        state[entry.loc] = _state_xml(entry, lastmod)
     return SeedPlan(at_us=to_us(at), state=state)

@@ -1,8 +1,19 @@
-"""Prometheus metrics of one hub process, in a registry of its own (no global state)."""
+"""Prometheus metrics of one hub process, in a registry of its own (no global state).
+
+Under ``rs-hub serve --workers`` (``PROMETHEUS_MULTIPROC_DIR`` set by the parent before the
+workers start) every worker writes its values to files there, and :meth:`HubMetrics.render`
+adds up all workers' (``prometheus_client`` multiprocess mode): counters and histograms are
+summed, the connection and subscriber gauges over the live workers, the stream length is the
+most recent value written."""
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class HubMetrics:
@@ -31,6 +42,7 @@ class HubMetrics:
             "Entries in a topic's Redis stream",
             ["topic"],
             registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
         self.rotations = Counter(
             "rspush_rotations",
@@ -41,15 +53,17 @@ class HubMetrics:
 
         self.subscribers = Gauge(
             "rspush_push_subscribers",
-            "Connected push subscribers per topic (this process)",
+            "Connected push subscribers per topic (this process; all workers with --workers)",
             ["topic"],
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.push_connections = Gauge(
             "rspush_push_connections",
             "Sockets this process holds on the push port, counted from accept (handshaking, "
             "replaying and live ones alike)",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.changes_sent = Counter(
             "rspush_push_changes_sent",
@@ -92,5 +106,15 @@ class HubMetrics:
         self.changes_sent.labels(topic).inc(subscribers * changes)
         self.push_lag.labels(topic).observe(max(lag_s, 0.0))
 
+    def view(self) -> CollectorRegistry:
+        """What ``/metrics`` and ``/status`` read: this process's registry, or under
+        ``--workers`` the sum over every worker's."""
+        shared = os.environ.get(MULTIPROC_ENV)
+        if not shared:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=shared)  # type: ignore[no-untyped-call]
+        return registry
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self.view())

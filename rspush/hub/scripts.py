@@ -8,6 +8,7 @@ compares the two), so positions live in the scripts' headers only.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -15,6 +16,10 @@ from urllib.parse import quote
 
 from .ingest import IngestPlan, SeedPlan
 from .keys import TopicKeys
+
+_PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+"""Encodes an append's changes as one argument. ASCII with \\u escapes: the C encoder does it
+whole (the non-ASCII form calls back into Python per string); Lua's cjson decodes both."""
 
 
 def load(name: str, *, server_now: bool = False) -> str:
@@ -60,16 +65,13 @@ def append_call(
     body_sha256: str = "",
 ) -> Call:
     has_idem, idem = _idempotency(k, idempotency_key, source)
-    records: list[Any] = []
-    for record in plan.records:  # RECORD_WIDTH values each
-        records += [
-            record.time_us,
-            record.loc,
-            record.change,
-            record.entry_xml,
-            record.state_xml or "",
-            record.entry_json,
+    # RECORD_FIELDS strings per change, in the script's order.
+    packed = _PACKER.encode(
+        [
+            (str(r.time_us), r.loc, r.change, r.entry_xml, r.state_xml or "", r.entry_json)
+            for r in plan.records
         ]
+    )
     return Call(
         {"stream": k.stream, "meta": k.meta, "state": k.state, "idem": idem, "latest": k.latest},
         {
@@ -79,8 +81,8 @@ def append_call(
             "epoch_candidate": epoch_candidate,
             "now_us": now_us,
             "body_sha256": body_sha256,
+            "packed": packed,
         },
-        records,
     )
 
 

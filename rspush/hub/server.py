@@ -28,6 +28,7 @@ from .connections import (
     open_file_limit,
 )
 from .embedded import DataDirLock, EmbeddedRedis
+from .metrics import HubMetrics
 from .push.server import PushServer
 from .settings import Settings
 
@@ -113,16 +114,23 @@ async def running_hub(
     *,
     sock: socket.socket | None = None,
     push_sock: socket.socket | None = None,
+    serve_push: bool = True,
 ) -> AsyncIterator[RunningHub]:
     """Serve ``settings`` until the block exits. Redis must be reachable at
-    ``settings.redis_url`` (the CLI starts the embedded server before calling this)."""
+    ``settings.redis_url`` (the CLI starts the embedded server before calling this).
+
+    ``serve_push=False``: HTTP only (an HTTP worker of ``--workers``); the documents then
+    advertise ``[push] port``, which another process serves."""
     redis_url = settings.redis_url
     if redis_url is None:
         raise ValueError("running_hub needs settings.redis_url (start EmbeddedRedis first)")
     sock = sock or bind(settings.host, settings.port)
-    if settings.push.enabled and push_sock is None:
+    if serve_push and settings.push.enabled and push_sock is None:
         push_sock = bind(settings.host, settings.push.port)
-    push_port = push_sock.getsockname()[1] if push_sock is not None else None
+    if serve_push:
+        push_port = push_sock.getsockname()[1] if push_sock is not None else None
+    else:
+        push_port = settings.push.port if settings.push.enabled else None
     bound_host, bound_port = sock.getsockname()[:2]
     base_url_configured = "base_url" in settings.hub.model_fields_set
     settings = advertised(settings, bound_host, bound_port, push_port)
@@ -168,7 +176,9 @@ async def running_hub(
             listening_on_wildcard=is_wildcard(bound_host),
             base_url_configured=base_url_configured,
         )
-        if push_sock is not None:
+        if not serve_push and push_port is not None:
+            running.push_url = f"ws://{url_host(host)}:{push_port}/"
+        elif push_sock is not None:
             push = PushServer(
                 settings,
                 redis,
@@ -194,6 +204,37 @@ async def running_hub(
             push_sock.close()
 
 
+@dataclass
+class RunningPush:
+    """A push-only process (a push worker of ``--workers``)."""
+
+    push: PushServer
+    metrics: HubMetrics
+
+
+@asynccontextmanager
+async def running_push(settings: Settings, push_sock: socket.socket) -> AsyncIterator[RunningPush]:
+    """Serve the WebSocket push endpoint of ``settings`` on ``push_sock`` (already advertised
+    settings: documents are another process's business) until the block exits."""
+    assert settings.redis_url is not None
+    redis = redis_client(settings.redis_url)
+    metrics = HubMetrics()
+    metrics.declare_topics([t.name for t in settings.topics])
+    push = PushServer(
+        settings,
+        redis,
+        on_sent=metrics.sent,
+        on_slow=lambda topic: metrics.slow_closes.labels(topic).inc(),
+        on_subscribers=lambda topic, n: metrics.subscribers.labels(topic).set(n),
+    )
+    try:
+        await push.start(push_sock)
+        yield RunningPush(push, metrics)
+    finally:
+        await push.stop()
+        await redis.aclose()
+
+
 class ListenError(Exception):
     """A listener could not be bound; the message names it, its address and the option that
     moves it."""
@@ -212,9 +253,14 @@ def listen(what: str, host: str, port: int, option: str) -> socket.socket:
 
 
 async def serve_forever(
-    settings: Settings, announce: Callable[[RunningHub], None] | None = None
+    settings: Settings,
+    announce: Callable[[Announcement], None] | None = None,
+    *,
+    workers: int = 1,
 ) -> None:
-    """``rs-hub serve``: serve until SIGINT/SIGTERM; stop everything cleanly.
+    """``rs-hub serve``: serve until SIGINT/SIGTERM; stop everything cleanly. With
+    ``workers`` > 1 the app and the push server run in worker processes (:mod:`.workers`),
+    started in step 4 and stopped first.
 
     Start-up order, each step before anything the next one starts, so that a refusal leaves
     nothing behind and touches nothing of another hub's:
@@ -254,6 +300,9 @@ async def serve_forever(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if workers > 1:
+            await _serve_workers(settings, workers, sock, push_sock, stop, embedded, announce)
+            return
         async with running_hub(settings, sock=sock, push_sock=push_sock) as running:
             log.warning(
                 "rspush hub serving %s on %s, push on %s (topics: %s)",
@@ -263,8 +312,46 @@ async def serve_forever(
                 ", ".join(t.name for t in settings.topics) or "none",
             )
             if announce is not None:
-                announce(running)
+                announce(running.announcement())
             await _supervise(stop, embedded)
+
+
+async def _serve_workers(
+    settings: Settings,
+    count: int,
+    sock: socket.socket,
+    push_sock: socket.socket | None,
+    stop: asyncio.Event,
+    embedded: EmbeddedRedis | None,
+    announce: Callable[[Announcement], None] | None,
+) -> None:
+    """Serve with ``count`` worker processes until ``stop``; :class:`.workers.WorkerDied`
+    if they keep dying."""
+    from .workers import Workers, announcement
+
+    pool = Workers(settings, count, sock, push_sock)
+    try:
+        await pool.start()
+        shown = announcement(settings, sock, push_sock)
+        log.warning(
+            "rspush hub serving %s on %s, push on %s (topics: %s; workers: %s)",
+            shown.base_url,
+            shown.http,
+            shown.push or "-",
+            ", ".join(t.name for t in settings.topics) or "none",
+            ", ".join(pool.roles),
+        )
+        if announce is not None:
+            announce(shown)
+
+        async def embedded_alive() -> None:
+            if embedded is not None and not stop.is_set() and not embedded.running:
+                log.error("embedded server exited; restarting it")
+                await _start_embedded(embedded)
+
+        await pool.supervise(stop, embedded_alive)
+    finally:
+        await pool.stop()
 
 
 async def _start_embedded(embedded: EmbeddedRedis) -> None:

@@ -24,7 +24,7 @@ Modules, one job each:
 
 from __future__ import annotations
 
-from .changes import PushedChange, change_fields, change_json
+from .changes import PushedChange, change_fields, change_json, change_json_with
 from .closing import MAX_REASON_BYTES, CloseCode, ProtocolError, close_reason
 from .frames import (
     FRAME_ENCODERS,
@@ -90,6 +90,7 @@ __all__ = [
     "Subscribed",
     "TopicRequest",
     "change_fields",
+    "change_json_with",
     "change_json",
     "check_replay",
     "close_reason",

@@ -22,14 +22,19 @@ from .positions import Position
 def change_fields(entry: Entry, change: str, moment: datetime) -> dict[str, Any]:
     """The fields of one change in the order the JSON form lists them, without its
     position: the same from a posted entry (hub) as from a pushed XML entry (client)."""
+    lastmod = None if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
+    return change_fields_with(entry, change, format_w3c_datetime(moment), lastmod)
+
+
+def change_fields_with(
+    entry: Entry, change: str, datetime_text: str, lastmod_text: str | None
+) -> dict[str, Any]:
+    """:func:`change_fields` with the change's datetime and lastmod already formatted (the
+    entry's own ``lastmod`` is not read)."""
     md = entry.md
-    data: dict[str, Any] = {
-        "loc": entry.loc,
-        "change": change,
-        "datetime": format_w3c_datetime(moment),
-    }
-    if entry.lastmod is not None:
-        data["lastmod"] = format_w3c_datetime(entry.lastmod)
+    data: dict[str, Any] = {"loc": entry.loc, "change": change, "datetime": datetime_text}
+    if lastmod_text is not None:
+        data["lastmod"] = lastmod_text
     if md is not None:
         if md.hash:
             data["hash"] = " ".join(str(h) for h in md.hash)
@@ -49,6 +54,16 @@ def change_json(entry: Entry, change: str, moment: datetime) -> str:
     return json.dumps(
         change_fields(entry, change, moment), separators=(",", ":"), ensure_ascii=False
     )
+
+
+def change_json_with(
+    entry: Entry, change: str, datetime_text: str, lastmod_text: str | None
+) -> str:
+    """:func:`change_json` with the datetime and lastmod already formatted."""
+    return _COMPACT.encode(change_fields_with(entry, change, datetime_text, lastmod_text))
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ from .hashes import HashValue
 from .models import Document, Entry, Link, Metadata
 from .w3cdt import format_w3c_datetime
 
+_NO_METADATA = Metadata()
+_EMPTY_MD = "<rs:md/>"
 _HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _XMLNS = f'xmlns="{ns.SITEMAP_NS}" xmlns:rs="{ns.RS_NS}"'
 
@@ -70,15 +72,26 @@ def serialise_tail(document: Document) -> str:
 
 
 def serialise_entry(entry: Entry, tag: str = "url") -> str:
+    lastmod = None if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
+    md = None if entry.md is None else _element("rs:md", entry.md)
+    return serialise_entry_with(entry, lastmod=lastmod, md=md, tag=tag)
+
+
+def serialise_entry_with(
+    entry: Entry, *, lastmod: str | None, md: str | None, tag: str = "url"
+) -> str:
+    """:func:`serialise_entry` with the ``<lastmod>`` text and the ``<rs:md>`` element given
+    (None: left out) instead of the entry's own: several forms of one entry are written
+    without copying its model (the hub stores each change in three)."""
     parts = [f"  <{tag}>\n    <loc>", _escape_text(entry.loc), "</loc>\n"]
-    if entry.lastmod is not None:
-        parts += ["    <lastmod>", format_w3c_datetime(entry.lastmod), "</lastmod>\n"]
+    if lastmod is not None:
+        parts += ["    <lastmod>", lastmod, "</lastmod>\n"]
     if entry.changefreq is not None:
         parts += ["    <changefreq>", _escape_text(entry.changefreq), "</changefreq>\n"]
     if entry.priority is not None:
         parts += ["    <priority>", _priority(entry.priority), "</priority>\n"]
-    if entry.md is not None:
-        parts += ["    ", _element("rs:md", entry.md), "\n"]
+    if md is not None:
+        parts += ["    ", md, "\n"]
     for link in entry.links:
         parts += ["    ", _element("rs:ln", link), "\n"]
     parts.append(f"  </{tag}>\n")
@@ -97,10 +110,22 @@ def _escape_attr(text: str) -> str:
     return text.translate(_ATTR_ESCAPES) if _ATTR_SPECIAL.search(text) else text
 
 
-def _element(tag: str, model: Metadata | Link) -> str:
+def md_element(md: Metadata | None, replaced: dict[str, str | None]) -> str | None:
+    """The ``<rs:md …/>`` element of ``md`` (or of no metadata) with the attributes named in
+    ``replaced`` (model field names) given as text, or left out when None, in their places;
+    None if it has no attribute left."""
+    element = _element("rs:md", md or _NO_METADATA, replaced)
+    return None if element == _EMPTY_MD else element
+
+
+def _element(
+    tag: str, model: Metadata | Link, replaced: dict[str, str | None] | None = None
+) -> str:
     """``<rs:md …/>`` or ``<rs:ln …/>``: attributes in field order, which is Table 3's."""
     parts = ["<", tag]
     for name, value in model.__dict__.items():
+        if replaced and name in replaced:
+            value = replaced[name]
         if value is None or name == "extra":
             continue
         kind = type(value)

@@ -80,8 +80,6 @@ async def test_live_changes_reach_a_subscriber(hub: RunningHub, client: httpx.As
     earlier = batch(times, "before", 2)
     before = await post(client, earlier)
     assert hub.push is not None
-    feed = hub.push.feeds["dataset1"]
-    await eventually(lambda: str(feed.last) == before["last"], what="the feed read them")
     async with subscribed(hub.push_url) as sub:
         [ack] = sub.control("subscribed")
         assert ack["topic"] == "dataset1"

@@ -134,7 +134,8 @@ async def child_hub(
     env = {k: v for k, v in os.environ.items() if not k.startswith("RSPUSH_")}
     with log_path.open("wb") as log:
         child = subprocess.Popen(
-            [*limit, *rs_hub(), "serve", "--config", str(config)],
+            # One process: its RSS and descriptors are the hub's whole.
+            [*limit, *rs_hub(), "serve", "--config", str(config), "--workers", "1"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,

@@ -303,7 +303,8 @@ async def test_a_killed_lease_holder_process_is_replaced_within_the_lease_ttl(
     redis = Redis.from_url(redis_url)
     with log_path.open("wb") as log:
         child = subprocess.Popen(
-            [*rs_hub(), "serve", "--config", str(config)],
+            # One process: SIGKILL ends the whole hub at once (workers would first stop).
+            [*rs_hub(), "serve", "--config", str(config), "--workers", "1"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,

@@ -3,6 +3,7 @@ the store reports a failing Redis as StoreUnavailable."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from collections.abc import Callable
@@ -72,13 +73,15 @@ def test_the_builder_names_what_the_script_binds(name: str) -> None:
     assert call.argv[: len(call.args)] == list(call.args.values())
 
 
-def test_append_records_follow_the_named_arguments() -> None:
+def test_append_packs_each_record_as_the_script_reads_it() -> None:
     text = scripts.load("append")
-    first = int(re.search(r"local FIRST_RECORD = (\d+)", text).group(1))  # type: ignore[union-attr]
-    width = int(re.search(r"local RECORD_WIDTH = (\d+)", text).group(1))  # type: ignore[union-attr]
+    fields = int(re.search(r"local RECORD_FIELDS = (\d+)", text).group(1))  # type: ignore[union-attr]
     call = CALLS["append"]()
-    assert first == len(call.args) + 1
-    assert len(call.rest) == 2 * width
+    rows = json.loads(call.args["packed"])
+    assert call.rest == []
+    assert len(rows) == call.args["count"] == 2
+    assert rows[0] == ["1", RECORD.loc, RECORD.change, "<url/>", "<url/>", "{}"]
+    assert all(len(row) == fields and all(isinstance(v, str) for v in row) for row in rows)
 
 
 def test_scripts_that_stamp_times_get_the_server_clock() -> None:

@@ -11,13 +11,17 @@ local idem_ttl = tonumber(ARGV[3])     -- seconds the receipt is remembered
 local epoch_candidate = ARGV[4]        -- the topic's epoch, if this append creates it
 local now_us = ARGV[5]                 -- hub clock, microseconds since the epoch
 local body_sha256 = ARGV[6]            -- SHA-256 of the request body, kept with the receipt
-local FIRST_RECORD = 7                 -- then count x RECORD_WIDTH values, one record each:
-local RECORD_WIDTH = 6                 --   time_us, loc, change, entry_xml, state_xml, entry_json
+local packed = ARGV[7]                 -- the changes: a JSON array of RECORD_FIELDS arrays
+local RECORD_FIELDS = 6                -- time_us, loc, change, entry_xml, state_xml, entry_json
+                                       -- (all strings: times stay exact, not Lua numbers)
 
+-- One argument for the whole batch: thousands of arguments cost the client more to pack
+-- than the server to decode one JSON array.
+local rows = cjson.decode(packed)
 local function record(i)
-  local b = FIRST_RECORD + i * RECORD_WIDTH
-  return {time_us = ARGV[b], loc = ARGV[b + 1], change = ARGV[b + 2],
-          entry_xml = ARGV[b + 3], state_xml = ARGV[b + 4], entry_json = ARGV[b + 5]}
+  local row = rows[i + 1]
+  return {time_us = row[1], loc = row[2], change = row[3],
+          entry_xml = row[4], state_xml = row[5], entry_json = row[6]}
 end
 
 if has_idem then
@@ -80,6 +84,13 @@ if #fresh > 0 then
   end
   redis.call('HSETNX', meta, 'open_since', now_us)
   local last_time
+  -- State writes are gathered into few HSETs, flushed before each deletion so that a URI
+  -- listed twice in one fragment ends in the state of its last change.
+  local pending = {}
+  local function flush_state()
+    if #pending > 0 then redis.call('HSET', state, unpack(pending)) end
+    pending = {}
+  end
   for n, item in ipairs(fresh) do
     local r = item.r
     local id = redis.call('XADD', stream, '*', 't', r.time_us, 'loc', r.loc,
@@ -88,11 +99,15 @@ if #fresh > 0 then
     last_id = id
     last_time = r.time_us
     if r.change == 'deleted' then
+      flush_state()
       redis.call('HDEL', state, r.loc)
     else
-      redis.call('HSET', state, r.loc, r.state_xml)
+      pending[#pending + 1] = r.loc
+      pending[#pending + 1] = r.state_xml
+      if #pending >= 2 * CHUNK then flush_state() end
     end
   end
+  flush_state()
   for first = 1, #fresh, CHUNK do
     local fields = {}
     for n = first, math.min(first + CHUNK - 1, #fresh) do

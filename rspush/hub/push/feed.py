@@ -13,6 +13,12 @@ Backpressure: before each broadcast a connection whose transport write buffer is
 so one slow Destination never slows the others or grows the hub's memory without bound. A
 subscription still replaying is bounded by its replay's sends (:mod:`.flow`) and by
 ``max_pending_batches``.
+
+The reader runs only while the topic has subscribers: a topic nobody follows costs ingest
+nothing (no read-back of every append). The first subscriber wakes it (:meth:`TopicFeed.wake`)
+from the stream's newest entry, before it takes its own starting position; the last one to
+leave stops it. Exactness does not depend on the reader: a subscription with a resume point
+replays from the stream, and one without starts at the position the woken reader starts from.
 """
 
 from __future__ import annotations
@@ -103,26 +109,57 @@ class TopicFeed:
         self.on_sent = on_sent
         self.on_slow = on_slow
         self._task: asyncio.Task[None] | None = None
+        self._retired: set[asyncio.Task[None]] = set()
+        self._generation = 0
+        self._waking = asyncio.Lock()
         self._stopping = False
         self._closing: set[asyncio.Task[None]] = set()
-        self.ready = asyncio.Event()
 
-    async def start(self) -> None:
-        newest = await self.store.newest(self.topic)
-        if newest is not None:
-            self.last = newest.position
-            self.last_until = from_us(newest.time_us)
-        self._task = asyncio.create_task(self._run(), name=f"rspush-feed-{self.topic}")
+    @property
+    def reading(self) -> bool:
+        """Whether the reader runs (only while the topic has subscribers)."""
+        return self._task is not None
+
+    async def wake(self) -> None:
+        """Start the reader from the stream's newest entry unless it runs. A caller adds its
+        subscription right after, with no await in between: the reader cannot stop before."""
+        async with self._waking:
+            if self._task is not None or self._stopping:
+                return
+            # A reader stopped a moment ago must be gone before another reads from ``last``.
+            for task in list(self._retired):
+                await cancel_and_wait(task)
+            newest = await self.store.newest(self.topic)
+            if self._task is not None:
+                return
+            self.last = ZERO if newest is None else newest.position
+            self.last_until = None if newest is None else from_us(newest.time_us)
+            self._generation += 1
+            self._task = asyncio.create_task(
+                self._run(self._generation), name=f"rspush-feed-{self.topic}"
+            )
+
+    def leave(self, sub: Subscription) -> None:
+        """``sub`` ends; the reader stops with the last subscription."""
+        sub.closed = True
+        self.subscriptions.discard(sub)
+        if not self.subscriptions and self._task is not None:
+            task, self._task = self._task, None
+            self._generation += 1  # the reader's loop ends even if the cancel is swallowed
+            task.cancel()
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
+        self._generation += 1
+        tasks = [*self._retired, *([self._task] if self._task is not None else [])]
+        self._task = None
+        for task in tasks:
+            await cancel_and_wait(task)
 
-    async def _run(self) -> None:
-        self.ready.set()
-        while not self._stopping:
+    async def _run(self, generation: int) -> None:
+        while not self._stopping and generation == self._generation:
             try:
                 changes = await self.store.wait_entries(
                     self.topic, self.last, count=MAX_BATCH, block_ms=BLOCK_MS
@@ -215,8 +252,7 @@ class TopicFeed:
         )
 
     def close_slow(self, sub: Subscription) -> None:
-        sub.closed = True
-        self.subscriptions.discard(sub)
+        self.leave(sub)
         if self.on_slow is not None:
             self.on_slow(self.topic)
         reason = close_reason({self.topic: sub.last_sent})

@@ -153,7 +153,6 @@ class PushServer:
                 on_sent=self.on_sent,
                 on_slow=self.on_slow,
             )
-            await feed.start()
             self.feeds[topic.name] = feed
         limit_flood_logging()
         connection_class = type(
@@ -313,6 +312,7 @@ class PushServer:
         if isinstance(decision, HistoryInsufficient):
             return decision
         start = decision.after
+        await feed.wake()  # then no await until the subscription is added
         sub = Subscription(
             connection=connection,
             topic=topic,
@@ -442,8 +442,7 @@ class PushServer:
 
 
 def _drop(feed: TopicFeed, sub: Subscription) -> None:
-    sub.closed = True
-    feed.subscriptions.discard(sub)
+    feed.leave(sub)
 
 
 class _Refused(Exception):
