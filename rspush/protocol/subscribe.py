@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from rspush.resourcesync.w3cdt import parse_w3c_datetime
 
@@ -65,7 +65,7 @@ class Subscribe(BaseModel):
     format: Literal["json", "xml"] = "json"
     token: str | None = None
     topics: Annotated[list[TopicRequest], Field(min_length=1, max_length=MAX_TOPICS)]
-    framework: bool = False
+    framework: StrictBool = False
     """Version 2: send framework frames of the subscribed topics too."""
 
     def encode(self) -> str:
