@@ -13,6 +13,8 @@ spec section, never stopping at the first. Rules (ids in brackets):
   List / Change Dump indexes and archives  [forward-order]
 - ``change`` values; ``path`` in dump manifests except for deletions  [change-*, path-*]
 - Capability Lists: one entry per capability  [capability-duplicate]
+- framework notifications: each entry names the changed document's capability (an unknown
+  one is a warning: other specifications may add values)  [capability-entry]
 - Sitemap limits: 50,000 entries, 50 MB  [limit-*]
 - the string values the XML Schemas type: ``<loc>`` an absolute URI of 12-2,048 characters,
   ``rs:ln`` href/profile absolute URIs, rel a relation type, ``type`` a schema content type
