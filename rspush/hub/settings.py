@@ -33,6 +33,7 @@ DEFAULT_KEEPALIVE_TIMEOUT_S = 5
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_FRAMEWORK_RESOURCELIST_INTERVAL_S = 60.0
 DEFAULT_FRAMEWORK_MAX_EVENTS = 10_000
+DEFAULT_FRAMEWORK_PUSH_INTERVAL_S = 0.25
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -156,6 +157,9 @@ class Framework(BaseModel):
     within one rotation interval)."""
     max_events: int = Field(DEFAULT_FRAMEWORK_MAX_EVENTS, ge=10)
     """Events kept per topic (about: the stream is trimmed with MAXLEN ~)."""
+    push_interval_s: float = Field(DEFAULT_FRAMEWORK_PUSH_INTERVAL_S, gt=0, le=60)
+    """How often each push process reads the topics' new events (one pipelined round for
+    all topics): the most a framework frame waits after its event."""
 
 
 class Limits(BaseModel):

@@ -470,14 +470,21 @@ class TopicStore:
         )
         return [_framework_event(row) for row in rows]
 
-    async def wait_framework_events(
-        self, topic: str, after: Position, *, count: int, block_ms: int
-    ) -> list[FrameworkEvent]:
-        """Framework events after ``after``, waiting up to ``block_ms`` for the first one."""
-        reply: Any = await self.redis.xread(
-            {self.keys(topic).framework: str(after)}, count=count, block=block_ms
-        )
-        return [_framework_event(row) for row in reply[0][1]] if reply else []
+    async def framework_events_after_each(
+        self, after: dict[str, Position], *, count: int
+    ) -> dict[str, list[FrameworkEvent]]:
+        """Per topic, up to ``count`` framework events after its position: one pipelined
+        round trip (not a transaction: each topic's stream is read on its own, as a Redis
+        Cluster requires)."""
+        topics = list(after)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for topic in topics:
+                pipe.xrange(self.keys(topic).framework, min=f"({after[topic]}", count=count)
+            replies: Any = await pipe.execute()
+        return {
+            topic: [_framework_event(row) for row in rows]
+            for topic, rows in zip(topics, replies, strict=True)
+        }
 
     async def framework_position(self, topic: str) -> Position:
         """The position of the topic's newest framework event (``0-0`` when none)."""

@@ -107,5 +107,5 @@ async def test_framework_frames_need_a_hub_that_records_them(hub_factory: HubFac
             await post(http, batch(Times(), "a", 2))
             await eventually(lambda: len(client.changes()) == 2, what="the changes")
             await eventually(lambda: running.hub.rotator.rotations >= 1, what="a rotation")
-            assert running.push is not None and running.push.framework_feeds == {}
+            assert running.push is not None and running.push.framework is None
             assert framework_frames(client) == []

@@ -1,11 +1,15 @@
-"""One topic's framework feed in one hub process (protocol version 2, docs/protocol.md
-"Framework frames"): a single reader of the topic's framework stream (``XREAD BLOCK``)
-whose events become one framework notification (Framework Notification §3) per read,
-encoded once and handed to the topic's feed for every subscription that asked for them.
+"""The framework feed of one hub process (protocol version 2, docs/protocol.md "Framework
+frames"): one task that reads every topic's framework stream and hands each topic's new
+events, as one framework notification (Framework Notification §3) encoded once, to that
+topic's feed for every subscription that asked for them.
+
+One reader for all topics, polling every ``[framework] push_interval_s`` with one pipelined
+round of ``XRANGE`` (no ``XREAD BLOCK`` per topic): framework events are rare (a rotation, a
+Resource List update at most once per interval, a configuration change at startup), and the
+change feeds already hold one pooled Redis connection per topic. A notification is a hint
+to re-read a document, so a fraction of a second of latency costs nothing.
 
 Frames are live: a subscription receives the events recorded after it was registered.
-Framework events are rare (a rotation, a Resource List update at most once per interval, a
-configuration change at startup), so a read holds at most :data:`MAX_EVENTS` of them.
 """
 
 from __future__ import annotations
@@ -13,37 +17,38 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from rspush.protocol import ZERO, framework_frame
+from rspush.protocol import Position, framework_frame
 
 from ..errors import StoreUnavailable
 from ..framework import FRAMEWORK
 from ..rotation import cancel_and_wait
 from ..store import TopicStore
-from .feed import RETRY_S, TopicFeed
+from .feed import TopicFeed
 
 log = logging.getLogger("rspush.hub.push")
 
 MAX_EVENTS = 100
-"""Events in one framework notification at most (the rest follow in the next)."""
-BLOCK_MS = 2000
+"""Events of one topic in one framework notification at most (the rest follow next)."""
 
 
 class FrameworkFeed:
-    def __init__(self, store: TopicStore, feed: TopicFeed, base_url: str) -> None:
+    def __init__(
+        self, store: TopicStore, feeds: dict[str, TopicFeed], base_url: str, *, interval_s: float
+    ) -> None:
         self.store = store
-        self.feed = feed
+        self.feeds = feeds
         self.base_url = base_url
-        self.last = ZERO
-        """The position of the last event read."""
+        self.interval_s = interval_s
         self.sent = 0
-        """Framework frames handed to the topic's feed (for tests and status)."""
+        """Framework frames handed to the topics' feeds (for tests and status)."""
+        self._positions: dict[str, Position] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
     async def start(self) -> None:
         # Live from now: the events recorded before this process started are not resent.
-        self.last = await self.store.framework_position(self.feed.topic)
-        self._task = asyncio.create_task(self._run(), name=f"rspush-framework-{self.feed.topic}")
+        self._positions = {t: await self.store.framework_position(t) for t in self.feeds}
+        self._task = asyncio.create_task(self._run(), name="rspush-framework")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -52,29 +57,29 @@ class FrameworkFeed:
             self._task = None
 
     async def _run(self) -> None:
-        topic = self.feed.topic
         while not self._stopping:
             try:
-                events = await self.store.wait_framework_events(
-                    topic, self.last, count=MAX_EVENTS, block_ms=BLOCK_MS
-                )
+                await self.round()
             except StoreUnavailable as exc:
                 if self._stopping:
                     return
-                log.warning("framework feed %s: %s; retrying", topic, exc.__cause__ or exc)
-                await asyncio.sleep(RETRY_S)
-                continue
-            except Exception:
-                log.exception("framework feed %s: reading the stream failed; retrying", topic)
-                await asyncio.sleep(RETRY_S)
-                continue
-            if not events:
-                continue
-            self.last = events[-1].position
-            try:
-                notification = FRAMEWORK.notification(self.base_url, topic, events)
-                self.feed.deliver_framework(framework_frame(topic, self.last, notification))
-                self.sent += 1
+                log.warning("framework feed: %s; retrying", exc.__cause__ or exc)
             except Exception:
                 # Never end the reader: a lost frame is a hint lost, the documents still tell.
-                log.exception("framework feed %s: delivering failed", topic)
+                log.exception("framework feed: a round failed; retrying")
+            await asyncio.sleep(self.interval_s)
+
+    async def round(self) -> int:
+        """Read every topic's new events and deliver them; returns the frames delivered."""
+        found = await self.store.framework_events_after_each(self._positions, count=MAX_EVENTS)
+        delivered = 0
+        for topic, events in found.items():
+            if not events:
+                continue
+            self._positions[topic] = events[-1].position
+            notification = FRAMEWORK.notification(self.base_url, topic, events)
+            frame = framework_frame(topic, events[-1].position, notification)
+            self.feeds[topic].deliver_framework(frame)
+            delivered += 1
+        self.sent += delivered
+        return delivered

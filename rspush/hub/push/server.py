@@ -122,7 +122,8 @@ class PushServer:
         self.settings = settings
         self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.feeds: dict[str, TopicFeed] = {}
-        self.framework_feeds: dict[str, FrameworkFeed] = {}
+        self.framework: FrameworkFeed | None = None
+        """Framework frames (protocol version 2), when ``[framework] enabled``."""
         self.on_sent = on_sent
         self.on_slow = on_slow
         self.on_subscribers = on_subscribers
@@ -157,10 +158,14 @@ class PushServer:
             )
             await feed.start()
             self.feeds[topic.name] = feed
-            if self.settings.framework.enabled:
-                framework = FrameworkFeed(self.store, feed, self.settings.hub.base_url)
-                await framework.start()
-                self.framework_feeds[topic.name] = framework
+        if self.settings.framework.enabled:
+            self.framework = FrameworkFeed(
+                self.store,
+                self.feeds,
+                self.settings.hub.base_url,
+                interval_s=self.settings.framework.push_interval_s,
+            )
+            await self.framework.start()
         limit_flood_logging()
         connection_class = type(
             "PushConnection",
@@ -210,8 +215,8 @@ class PushServer:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        for framework in self.framework_feeds.values():
-            await framework.stop()
+        if self.framework is not None:
+            await self.framework.stop()
         for feed in self.feeds.values():
             await feed.stop()
 
@@ -231,7 +236,7 @@ class PushServer:
                         connection,
                         topic_request,
                         request.format,
-                        framework=request.framework and bool(self.framework_feeds),
+                        framework=request.framework and self.framework is not None,
                     )
                     if isinstance(outcome, HistoryInsufficient):
                         with contextlib.suppress(ConnectionClosed, Stalled):
