@@ -158,8 +158,9 @@ class Framework(BaseModel):
     max_events: int = Field(DEFAULT_FRAMEWORK_MAX_EVENTS, ge=10)
     """Events kept per topic (about: the stream is trimmed with MAXLEN ~)."""
     push_interval_s: float = Field(DEFAULT_FRAMEWORK_PUSH_INTERVAL_S, gt=0, le=60)
-    """How often each push process reads the topics' new events (one pipelined round for
-    all topics): the most a framework frame waits after its event."""
+    """On a Redis Cluster, how often each push process reads the topics' new events (one
+    pipelined round for all topics): the most a framework frame waits after its event. On a
+    single server one blocking read waits for them instead."""
 
 
 class Limits(BaseModel):

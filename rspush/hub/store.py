@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
@@ -469,6 +470,30 @@ class TopicStore:
             self.keys(topic).framework, min=f"({after}", max="+", count=count
         )
         return [_framework_event(row) for row in rows]
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether Redis is a Cluster (a command may then name keys of one slot only)."""
+        return isinstance(self.redis, RedisCluster)
+
+    async def wait_framework_events_all(
+        self, after: dict[str, Position], *, count: int, block_ms: int
+    ) -> dict[str, list[FrameworkEvent]]:
+        """Per topic, up to ``count`` framework events after its position, waiting up to
+        ``block_ms`` for the first one in any topic: ONE ``XREAD BLOCK`` over every topic's
+        stream (one connection for all topics). Not on a Redis Cluster, where the streams
+        live in different slots: use :meth:`framework_events_after_each` there."""
+        topic_of = {self.keys(topic).framework: topic for topic in after}
+        reply: Any = await self.redis.xread(
+            {key: str(after[topic]) for key, topic in topic_of.items()},
+            count=count,
+            block=block_ms,
+        )
+        found: dict[str, list[FrameworkEvent]] = {}
+        for raw_key, rows in reply or []:
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            found[topic_of[key]] = [_framework_event(row) for row in rows]
+        return found
 
     async def framework_events_after_each(
         self, after: dict[str, Position], *, count: int

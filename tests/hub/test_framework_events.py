@@ -21,6 +21,7 @@ from rspush.protocol import ZERO
 from rspush.resourcesync import (
     Capability,
     Change,
+    FrameworkChange,
     framework_changes,
     parse_document,
     validate,
@@ -295,3 +296,27 @@ async def test_disabled_framework_notifications_are_neither_advertised_nor_recor
         await eventually(lambda: running.hub.rotator.rotations >= 1, what="a rotation")
         assert await events(running.hub.store) == []
         assert Change.CREATED.value == "created"
+
+
+async def test_both_reads_of_every_topic_agree(redis: Redis, prefix: str) -> None:
+    """The push process's two ways to read every topic's events: one blocking XREAD over all
+    streams (a single server) and a pipelined XRANGE per topic (a Redis Cluster)."""
+    store = TopicStore(redis, prefix=prefix)
+    when = datetime.now(UTC)
+    for topic, count in (("a", 2), ("b", 0), ("c", 1)):
+        for n in range(count):
+            change = FrameworkChange(f"http://h/{topic}/{n}", Change.UPDATED, "changelist", when)
+            await store.add_framework_event(topic, change, max_events=100)
+    after = dict.fromkeys(("a", "b", "c"), ZERO)
+    each = await store.framework_events_after_each(after, count=100)
+    blocking = await store.wait_framework_events_all(after, count=100, block_ms=100)
+    assert {t: [e.change.loc for e in found] for t, found in each.items()} == {
+        "a": ["http://h/a/0", "http://h/a/1"],
+        "b": [],
+        "c": ["http://h/c/0"],
+    }
+    assert {t: v for t, v in each.items() if v} == blocking
+    # After the last one: nothing, and the blocking read gives up after its wait.
+    last = {t: (found[-1].position if found else ZERO) for t, found in each.items()}
+    assert await store.wait_framework_events_all(last, count=100, block_ms=50) == {}
+    assert all(v == [] for v in (await store.framework_events_after_each(last, count=9)).values())
