@@ -144,7 +144,7 @@ async def announce_configuration(
     """At startup: record the Capability Lists and the Source Description the configuration
     makes, announcing those that are new or changed since the hub last ran (topics added or
     removed, a description, the push URL…). Returns what was announced, on which topic."""
-    added, removed = await store.record_topics(topics)
+    added, removed = await store.record_topics(topics, forget=CAPABILITY_LIST_FIELD)
     announced: list[tuple[str, FrameworkChange]] = []
     now_us = to_us(now)
     for topic in topics:

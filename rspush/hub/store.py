@@ -587,9 +587,13 @@ class TopicStore:
         outcome = await self._run(self._framework_doc, call)
         return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
 
-    async def record_topics(self, topics: list[str]) -> tuple[list[str], list[str]]:
+    async def record_topics(
+        self, topics: list[str], *, forget: str | None = None
+    ) -> tuple[list[str], list[str]]:
         """Record the configured topics; returns (added, removed) since the set recorded.
-        Each topic is reported by one process only (SADD/SREM say who changed the set)."""
+        Each topic is reported by one process only (SADD/SREM say who changed the set).
+        ``forget``: a meta field dropped from each removed topic (so a topic that comes
+        back is announced again)."""
         key = HubKeys(self.prefix).topics
         added = [t for t in topics if await self.redis.sadd(key, t)]
         members: Any = await self.redis.smembers(key)
@@ -598,6 +602,8 @@ class TopicStore:
         for topic in sorted(recorded - set(topics)):
             if await self.redis.srem(key, topic):
                 removed.append(topic)
+                if forget is not None:
+                    await self.redis.hdel(self.keys(topic).meta, forget)
         return added, removed
 
     async def swap_description_digest(self, digest: str) -> str | None:

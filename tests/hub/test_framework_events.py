@@ -233,6 +233,15 @@ async def test_configuration_changes_are_announced_once(
     async with hub_with(settings):
         pass
     assert kinds(await events(store))[len(first) + 1 :] == [("description", "updated", sd)]
+    # ... and one that comes back is announced again, as new.
+    async with hub_with(more):
+        pass
+    assert kinds(await events(store, "dataset3"))[2:] == [
+        ("capabilitylist", "created", f"{base}/topics/dataset3/capabilitylist.xml"),
+        ("description", "updated", sd),
+    ]
+    async with hub_with(settings):
+        pass
     # A Capability List that changes (here its describedby link): updated.
     described = settings.model_copy(
         update={"topics": [Topic(name=TOPIC, description="http://e/about"), settings.topics[1]]}
