@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import tempfile
 import time
@@ -80,9 +81,9 @@ async def run(url: str, rotations: int, rounds: int) -> None:
         for topics in (10, 100, 1000):
             after = {f"t{n}": ZERO for n in range(topics)}
             streams = {store.keys(t).framework: "0-0" for t in after}
-            xread = await _median(lambda s=streams: redis.xread(s, count=100), rounds)
+            xread = await _median(functools.partial(redis.xread, streams, count=100), rounds)
             piped = await _median(
-                lambda a=after: store.framework_events_after_each(a, count=100), rounds
+                functools.partial(store.framework_events_after_each, after, count=100), rounds
             )
             print(
                 f"{topics} idle topics: one XREAD {xread * 1e3:.2f} ms ({xread / ping:.0f} x "
