@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -80,7 +81,7 @@ async def run(url: str, rotations: int, rounds: int) -> None:
         print(f"PING: {ping * 1e6:.0f} us")
         for topics in (10, 100, 1000):
             after = {f"t{n}": ZERO for n in range(topics)}
-            streams = {store.keys(t).framework: "0-0" for t in after}
+            streams: Any = {store.keys(t).framework: "0-0" for t in after}
             xread = await _median(functools.partial(redis.xread, streams, count=100), rounds)
             piped = await _median(
                 functools.partial(store.framework_events_after_each, after, count=100), rounds
