@@ -44,6 +44,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rspush.resourcesync import MAX_ENTRIES
 from rspush.resourcesync.w3cdt import to_us
 
 from .auth import authorise_read, bearer, readable_private_topics, token_matches
@@ -57,6 +58,7 @@ from .errors import (
     StoreUnavailable,
     Unauthenticated,
 )
+from .framework import FrameworkPolicy, announce_configuration
 from .materialise import Urls
 from .metrics import HubMetrics
 from .rotation import RotationPolicy, Rotator
@@ -138,6 +140,7 @@ class Hub:
             topic_descriptions={t.name: t.description for t in settings.topics},
             push_url=push_url,
             private=private,
+            framework=settings.framework.enabled,
         )
         self.rotator = Rotator(
             self.store,
@@ -151,12 +154,27 @@ class Hub:
             interval_s=settings.rotation_interval_s,
             lease_ttl_s=settings.lease_ttl_s,
             on_closed=lambda topic: self.metrics.rotations.labels(topic).inc(),
+            framework=FrameworkPolicy(
+                resourcelist_interval_s=settings.framework.resourcelist_interval_s,
+                max_events=settings.framework.max_events,
+                max_entries=MAX_ENTRIES,
+            )
+            if settings.framework.enabled
+            else None,
         )
 
     async def start(self) -> None:
         now_us = to_us(datetime.now(UTC))
         for topic in self.settings.topics:
             await self.store.ensure_topic(topic.name, now_us=now_us)
+        if self.settings.framework.enabled:
+            await announce_configuration(
+                self.store,
+                self.documents,
+                [t.name for t in self.settings.topics],
+                max_events=self.settings.framework.max_events,
+                now=datetime.now(UTC),
+            )
         self.rotator.start()
 
     async def stop(self) -> None:
@@ -291,22 +309,30 @@ def build_app(hub: Hub) -> Starlette:
             private=bool(readable),
         )
 
-    async def topic_uri(request: Request) -> Response:
-        """Notification spec §4.1: 200, application/xml, Link self + hub; no content."""
+    def topic_uri_response(request: Request, *, framework: bool) -> Response:
+        """Notification spec §4.1 and framework notification §4.1: 200, application/xml,
+        Link self + hub; no content."""
         topic = request.path_params["topic"]
         authorise_read(settings, topic, token(request))
-        if settings.topic(topic) is None:
+        if settings.topic(topic) is None or (framework and not settings.framework.enabled):
             raise NotFound(f"no topic {topic!r}", topic=topic)
         urls = Urls(base_url, topic)
+        self_uri = urls.framework_topic_uri if framework else urls.topic_uri
         return Response(
             b"",
             media_type=XML,
             headers={
-                "Link": f'<{urls.topic_uri}>; rel="self", <{urls.hub}>; rel="hub", '
+                "Link": f'<{self_uri}>; rel="self", <{urls.hub}>; rel="hub", '
                 f'<{urls.capability_list}>; rel="resourcesync"',
                 "Content-Length": "0",
             },
         )
+
+    async def topic_uri(request: Request) -> Response:
+        return topic_uri_response(request, framework=False)
+
+    async def framework_topic_uri(request: Request) -> Response:
+        return topic_uri_response(request, framework=True)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -398,6 +424,7 @@ def build_app(hub: Hub) -> Starlette:
         Route("/metrics", metrics),
         Route("/status", status),
         Route("/topics/{topic}", topic_uri, methods=["GET", "HEAD"]),
+        Route("/topics/{topic}/framework", framework_topic_uri, methods=["GET", "HEAD"]),
         Route("/topics/{topic}/changes", timed("changes", post_changes), methods=["POST"]),
         Route("/topics/{topic}/baseline", timed("baseline", post_baseline), methods=["POST"]),
         Route("/topics/{topic}/capabilitylist.xml", timed("capabilitylist", document(cap))),

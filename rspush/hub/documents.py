@@ -41,8 +41,11 @@ class DocumentService:
         topic_descriptions: dict[str, str | None] | None = None,
         push_url: str | None = None,
         private: frozenset[str] = frozenset(),
+        framework: bool = False,
     ) -> None:
         self.push_url = push_url
+        self.framework = framework
+        """Advertise each topic's framework-notification channel (framework notification §5)."""
         self.store = store
         self.base_url = base_url
         self.topics = topics
@@ -83,6 +86,7 @@ class DocumentService:
                 self.urls(topic),
                 described_by=self.topic_descriptions.get(topic),
                 push_url=self.push_url,
+                framework=self.framework,
             )
             served = self._capability_lists[topic] = Served(body, _etag("cap", body), None)
         return served

@@ -12,6 +12,10 @@ Lua scripts that append changes and rotate Change Lists touch several of them at
     {prefix}:{topic}:closed:{n}     string: the n-th closed Change List (immutable XML)
     {prefix}:{topic}:idem:{source}/{key}  string: receipt of an idempotent request (expires)
     {prefix}:{topic}:lease          string: the rotation lease holder's token (expires)
+    {prefix}:{topic}:framework      stream: one entry per framework event (framework
+                                    notification §3: a capability document changed)
+    {prefix}:framework:topics       set: the topics the hub last ran with (not per topic)
+    {prefix}:framework:description  string: digest of the Source Description last announced
 """
 
 from __future__ import annotations
@@ -59,3 +63,23 @@ class TopicKeys:
     @property
     def lease(self) -> str:
         return f"{self._base}:lease"
+
+    @property
+    def framework(self) -> str:
+        return f"{self._base}:framework"
+
+
+@dataclass(frozen=True, slots=True)
+class HubKeys:
+    """The few keys that belong to the hub as a whole, not to one topic (each used alone:
+    no script touches them together with a topic's keys)."""
+
+    prefix: str
+
+    @property
+    def topics(self) -> str:
+        return f"{self.prefix}:framework:topics"
+
+    @property
+    def description(self) -> str:
+        return f"{self.prefix}:framework:description"

@@ -13,6 +13,7 @@ URLs (all under the hub's ``base_url``; :class:`Urls`):
     /topics/{t}/resourcelist.xml                    Resource List, an index past 50,000
     /topics/{t}/resourcelist/{k}.xml                its parts
     /topics/{t}                                     the change-notification topic URI
+    /topics/{t}/framework                           the framework-notification topic URI
     /hub                                            the hub URI (notification spec §4.1)
 
 Stored entries are already serialised ``<url>`` elements, so a Change List is its head, the
@@ -48,6 +49,12 @@ class Urls:
     @property
     def topic_uri(self) -> str:
         return f"{self.base}/topics/{self.topic}"
+
+    @property
+    def framework_topic_uri(self) -> str:
+        """Framework notification §4.1/§5: the topic URI of the set's framework channel
+        (a channel apart from the change-notification one, as §4 requires)."""
+        return f"{self.topic_uri}/framework"
 
     @property
     def capability_list(self) -> str:
@@ -103,12 +110,16 @@ def source_description(base: str, topics: Sequence[str], described_by: str | Non
 
 
 def capability_list(
-    urls: Urls, *, described_by: str | None = None, push_url: str | None = None
+    urls: Urls,
+    *,
+    described_by: str | None = None,
+    push_url: str | None = None,
+    framework: bool = False,
 ) -> bytes:
     links = [Link(rel="up", href=urls.source_description)]
     if described_by:
         links.insert(0, Link(rel="describedby", href=described_by))
-    entries = (
+    entries: tuple[Entry, ...] = (
         Entry(loc=urls.resource_list, md=Metadata(capability=Capability.RESOURCELIST)),
         Entry(loc=urls.change_list, md=Metadata(capability=Capability.CHANGELIST)),
         Entry(
@@ -124,6 +135,18 @@ def capability_list(
             + ((Link(rel=PUSH_REL, href=push_url),) if push_url else ()),
         ),
     )
+    if framework:
+        # Framework notification §5 (Example 8): the framework topic URI in <loc>, the hub in
+        # rs:ln rel="hub"; the WebSocket endpoint, which carries framework frames too
+        # (docs/protocol.md), under its own relation.
+        entries += (
+            Entry(
+                loc=urls.framework_topic_uri,
+                md=Metadata(capability=Capability.FRAMEWORK_NOTIFICATION),
+                links=(Link(rel="hub", href=urls.hub),)
+                + ((Link(rel=PUSH_REL, href=push_url),) if push_url else ()),
+            ),
+        )
     return serialise(
         Document(
             md=Metadata(capability=Capability.CAPABILITYLIST),

@@ -8,6 +8,10 @@ the archive is gap-free. If the holder dies, its lease expires and another proce
 over; the rotation script checks the lease token and the open list's start, so a stale
 holder can never close a list twice.
 
+Framework notifications: the rotation script records the rotation's framework events in the
+same atomic step (:mod:`.framework`); each round the lease holder also announces a changed
+Resource List, at most once per ``[framework] resourcelist_interval_s``.
+
 Retention: stream entries older than ``retention_s`` are trimmed, but never one that is not
 yet in a closed list — history moves to the archive, it is never lost.
 """
@@ -24,6 +28,7 @@ from datetime import UTC, datetime
 
 from rspush.resourcesync.w3cdt import from_us, to_us
 
+from .framework import FrameworkPolicy, announce_resource_list, rotation_announcement
 from .materialise import Urls, change_list
 from .store import ClosedList, StreamEntry, TopicMeta, TopicStore
 
@@ -68,15 +73,17 @@ async def rotate_once(
     token: str,
     now: datetime,
     policy: RotationPolicy,
+    framework: FrameworkPolicy | None = None,
 ) -> ClosedList | None:
-    """Close one Change List if due; trim the stream. Returns the list closed, if any."""
+    """Close one Change List if due; trim the stream. Returns the list closed, if any.
+    With ``framework``, the rotation's framework events are recorded with it."""
     meta = await store.meta(topic)
     count = entries_to_close(meta, now, policy)
     closed: ClosedList | None = None
     if count:
         entries = await store.open_entries(topic, meta.open_start, limit=count)
         if entries and meta.open_from_us is not None:
-            closed = await _close(store, urls, topic, token, meta, entries, now)
+            closed = await _close(store, urls, topic, token, meta, entries, now, framework)
     floor = trim_floor((await store.meta(topic)).open_start, now, policy.retention_s)
     if floor is not None:
         await store.trim(topic, floor)
@@ -91,6 +98,7 @@ async def _close(
     meta: TopicMeta,
     entries: list[StreamEntry],
     now: datetime,
+    framework: FrameworkPolicy | None = None,
 ) -> ClosedList | None:
     assert meta.open_from_us is not None
     number = len(await store.closed_lists(topic))
@@ -116,6 +124,9 @@ async def _close(
         closed=closed,
         xml=xml,
         now_us=to_us(now),
+        framework=None
+        if framework is None
+        else rotation_announcement(urls, number, framework.max_events),
     )
     if outcome != "ok":
         log.info("rotation of %s skipped: %s", topic, outcome)
@@ -150,6 +161,7 @@ class Rotator:
         interval_s: float,
         lease_ttl_s: float,
         on_closed: Callable[[str], None] | None = None,
+        framework: FrameworkPolicy | None = None,
     ) -> None:
         self.store = store
         self.base_url = base_url
@@ -160,6 +172,7 @@ class Rotator:
         self.token = secrets.token_hex(16)
         self.rotations = 0
         self.on_closed = on_closed
+        self.framework = framework
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -168,15 +181,17 @@ class Rotator:
         for topic in self.topics:
             if not await self.store.acquire_lease(topic, self.token, self.lease_ttl_ms):
                 continue
+            urls = Urls(self.base_url, topic)
             # Close as many lists as are due (a burst may have filled several).
             while True:
                 result = await rotate_once(
                     self.store,
-                    Urls(self.base_url, topic),
+                    urls,
                     topic,
                     token=self.token,
                     now=now,
                     policy=self.policy,
+                    framework=self.framework,
                 )
                 if result is None:
                     break
@@ -184,6 +199,8 @@ class Rotator:
                 if self.on_closed is not None:
                     self.on_closed(topic)
                 closed.append(result)
+            if self.framework is not None:
+                await announce_resource_list(self.store, urls, self.framework, now)
         return closed
 
     async def run(self) -> None:

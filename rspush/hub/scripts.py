@@ -127,9 +127,19 @@ def rotate_call(
     xml: bytes,
     record: str,
     now_us: int,
+    framework_maxlen: int = 0,
+    closed_loc: str = "",
+    open_loc: str = "",
+    index_loc: str = "",
 ) -> Call:
     return Call(
-        {"meta": k.meta, "closed": k.closed, "closed_n": k.closed_list(number), "lease": k.lease},
+        {
+            "meta": k.meta,
+            "closed": k.closed,
+            "closed_n": k.closed_list(number),
+            "lease": k.lease,
+            "framework": k.framework,
+        },
         {
             "token": token,
             "expected_open_start": expected_open_start,
@@ -140,6 +150,58 @@ def rotate_call(
             "record": record,
             "number": number,
             "now_us": now_us,
+            "framework_maxlen": framework_maxlen,
+            "closed_loc": closed_loc,
+            "open_loc": open_loc,
+            "index_loc": index_loc,
+        },
+    )
+
+
+def framework_resourcelist_call(
+    k: TopicKeys,
+    *,
+    now_us: int,
+    interval_us: int,
+    framework_maxlen: int,
+    list_loc: str,
+    part_loc: str,
+    max_entries: int,
+) -> Call:
+    return Call(
+        {"meta": k.meta, "state": k.state, "framework": k.framework},
+        {
+            "now_us": now_us,
+            "interval_us": interval_us,
+            "framework_maxlen": framework_maxlen,
+            "list_loc": list_loc,
+            "part_loc": part_loc,
+            "max_entries": max_entries,
+        },
+    )
+
+
+def framework_document_call(
+    k: TopicKeys,
+    *,
+    field: str,
+    digest: str,
+    first_change: str,
+    now_us: int,
+    framework_maxlen: int,
+    loc: str,
+    capability: str,
+) -> Call:
+    return Call(
+        {"meta": k.meta, "framework": k.framework},
+        {
+            "field": field,
+            "digest": digest,
+            "first_change": first_change,
+            "now_us": now_us,
+            "framework_maxlen": framework_maxlen,
+            "loc": loc,
+            "capability": capability,
         },
     )
 

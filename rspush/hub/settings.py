@@ -31,6 +31,9 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_KEEPALIVE_TIMEOUT_S = 5
 DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_FRAMEWORK_RESOURCELIST_INTERVAL_S = 60.0
+DEFAULT_FRAMEWORK_MAX_EVENTS = 10_000
+DEFAULT_FRAMEWORK_PUSH_INTERVAL_S = 0.25
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -141,6 +144,25 @@ class Push(BaseModel):
     caps the kernel memory a stalled client holds and makes it a slow consumer sooner."""
 
 
+class Framework(BaseModel):
+    """Framework notifications (ResourceSync Framework Notification 1.0.1): events when a
+    topic's capability documents change, on the channel ``{base_url}/topics/{t}/framework``
+    advertised in its Capability List (docs/hub.md, "Framework notifications")."""
+
+    enabled: bool = True
+    """False: no events are recorded and the Capability Lists do not advertise the channel."""
+    resourcelist_interval_s: float = Field(DEFAULT_FRAMEWORK_RESOURCELIST_INTERVAL_S, gt=0)
+    """A Resource List changes with every accepted change: its 'updated' event is sent at
+    most once per this many seconds (the first change after a quiet interval is announced
+    within one rotation interval)."""
+    max_events: int = Field(DEFAULT_FRAMEWORK_MAX_EVENTS, ge=10)
+    """Events kept per topic (about: the stream is trimmed with MAXLEN ~)."""
+    push_interval_s: float = Field(DEFAULT_FRAMEWORK_PUSH_INTERVAL_S, gt=0, le=60)
+    """On a Redis Cluster, how often each push process reads the topics' new events (one
+    pipelined round for all topics): the most a framework frame waits after its event. On a
+    single server one blocking read waits for them instead."""
+
+
 class Limits(BaseModel):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_entries_per_request: int = Field(DEFAULT_MAX_ENTRIES_PER_REQUEST, ge=1)
@@ -177,6 +199,7 @@ class Settings(BaseSettings):
     subscribers: list[Subscriber] = []
     limits: Limits = Limits()
     push: Push = Push()
+    framework: Framework = Framework()
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("rspush-data")

@@ -31,10 +31,12 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from rspush.protocol import ZERO, Position, PushedChange, SinceLookup
+from rspush.resourcesync import Change, FrameworkChange
 from rspush.resourcesync.w3cdt import from_us, to_us
 
 from . import scripts
@@ -46,7 +48,7 @@ from .errors import (
     TopicHasHistory,
 )
 from .ingest import IngestPlan, SeedPlan
-from .keys import TopicKeys
+from .keys import HubKeys, TopicKeys
 
 log = logging.getLogger("rspush.hub.store")
 
@@ -88,6 +90,15 @@ class StreamEntry(PushedChange):
     def id(self) -> str:
         """The row's stream id, as Redis writes it."""
         return str(self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkEvent:
+    """One row of a topic's framework stream: its position there and the change it records
+    (framework notification §3: one ``<url>`` of a notification)."""
+
+    position: Position
+    change: FrameworkChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +203,8 @@ class TopicStore:
         self._lease = redis.register_script(scripts.load("lease"))
         self._snapshot = redis.register_script(scripts.load("snapshot"))
         self._trim = redis.register_script(scripts.load("trim"))
+        self._framework_rl = redis.register_script(scripts.load("framework_resourcelist"))
+        self._framework_doc = redis.register_script(scripts.load("framework_document"))
 
     def keys(self, topic: str) -> TopicKeys:
         return TopicKeys(self.prefix, topic)
@@ -341,7 +354,11 @@ class TopicStore:
         closed: ClosedList,
         xml: bytes,
         now_us: int,
+        framework: RotationAnnouncement | None = None,
     ) -> str:
+        """Close the list atomically; with ``framework``, record its events in the same step
+        (none when the rotation does not happen: a replayed call adds nothing)."""
+        announce = framework or RotationAnnouncement(0, "", "", "")
         call = scripts.rotate_call(
             self.keys(topic),
             number=closed.number,
@@ -353,6 +370,10 @@ class TopicStore:
             xml=xml,
             record=closed.as_json(),
             now_us=now_us,
+            framework_maxlen=announce.max_events,
+            closed_loc=announce.closed_loc,
+            open_loc=announce.open_loc,
+            index_loc=announce.index_loc,
         )
         outcome = await self._run(self._rotate, call)
         return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
@@ -438,6 +459,183 @@ class TopicStore:
             trimmed=None if trimmed is None else Position.parse(trimmed.decode()),
             trimmed_time=None if trimmed_t is None else from_us(int(trimmed_t)),
         )
+
+    # --- framework events (framework notification §2-§3) -----------------------------------
+
+    async def framework_events_after(
+        self, topic: str, after: Position, *, count: int | None = None
+    ) -> list[FrameworkEvent]:
+        """Up to ``count`` framework events after ``after`` (exclusive), in order."""
+        rows: Any = await self.redis.xrange(
+            self.keys(topic).framework, min=f"({after}", max="+", count=count
+        )
+        return [_framework_event(row) for row in rows]
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether Redis is a Cluster (a command may then name keys of one slot only)."""
+        return isinstance(self.redis, RedisCluster)
+
+    async def wait_framework_events_all(
+        self, after: dict[str, Position], *, count: int, block_ms: int
+    ) -> dict[str, list[FrameworkEvent]]:
+        """Per topic, up to ``count`` framework events after its position, waiting up to
+        ``block_ms`` for the first one in any topic: ONE ``XREAD BLOCK`` over every topic's
+        stream (one connection for all topics). Not on a Redis Cluster, where the streams
+        live in different slots: use :meth:`framework_events_after_each` there."""
+        topic_of = {self.keys(topic).framework: topic for topic in after}
+        reply: Any = await self.redis.xread(
+            {key: str(after[topic]) for key, topic in topic_of.items()},
+            count=count,
+            block=block_ms,
+        )
+        found: dict[str, list[FrameworkEvent]] = {}
+        for raw_key, rows in reply or []:
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            found[topic_of[key]] = [_framework_event(row) for row in rows]
+        return found
+
+    async def framework_events_after_each(
+        self, after: dict[str, Position], *, count: int
+    ) -> dict[str, list[FrameworkEvent]]:
+        """Per topic, up to ``count`` framework events after its position: one pipelined
+        round trip (not a transaction: each topic's stream is read on its own, as a Redis
+        Cluster requires)."""
+        topics = list(after)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for topic in topics:
+                pipe.xrange(self.keys(topic).framework, min=f"({after[topic]}", count=count)
+            replies: Any = await pipe.execute()
+        return {
+            topic: [_framework_event(row) for row in rows]
+            for topic, rows in zip(topics, replies, strict=True)
+        }
+
+    async def framework_position(self, topic: str) -> Position:
+        """The position of the topic's newest framework event (``0-0`` when none)."""
+        rows: Any = await self.redis.xrevrange(self.keys(topic).framework, count=1)
+        return _framework_event(rows[0]).position if rows else ZERO
+
+    async def add_framework_event(
+        self, topic: str, change: FrameworkChange, *, max_events: int
+    ) -> Position:
+        """Record one framework event (the stream kept to about ``max_events``)."""
+        assert change.time is not None
+        raw: Any = await self.redis.xadd(
+            self.keys(topic).framework,
+            {
+                "t": to_us(change.time),
+                "loc": change.loc,
+                "ch": change.change.value,
+                "cap": change.capability,
+                "idx": change.index or "",
+            },
+            maxlen=max_events,
+            approximate=True,
+        )
+        return Position.parse(raw.decode() if isinstance(raw, bytes) else str(raw))
+
+    async def announce_resource_list(
+        self,
+        topic: str,
+        *,
+        now_us: int,
+        interval_us: int,
+        max_events: int,
+        list_loc: str,
+        part_loc: str,
+        max_entries: int,
+    ) -> str:
+        """Record 'Resource List updated' if the state changed since the last such event and
+        ``interval_us`` has passed: 'added', 'throttled' or 'same' (one atomic step)."""
+        call = scripts.framework_resourcelist_call(
+            self.keys(topic),
+            now_us=now_us,
+            interval_us=interval_us,
+            framework_maxlen=max_events,
+            list_loc=list_loc,
+            part_loc=part_loc,
+            max_entries=max_entries,
+        )
+        outcome = await self._run(self._framework_rl, call)
+        return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+
+    async def announce_document(
+        self,
+        topic: str,
+        *,
+        field: str,
+        digest: str,
+        first_change: Change,
+        now_us: int,
+        max_events: int,
+        loc: str,
+        capability: str,
+    ) -> str:
+        """Record the document's change if its digest differs from the one recorded in
+        ``field``: the change added ('created'/'updated') or '' (one atomic step)."""
+        call = scripts.framework_document_call(
+            self.keys(topic),
+            field=field,
+            digest=digest,
+            first_change=first_change.value,
+            now_us=now_us,
+            framework_maxlen=max_events,
+            loc=loc,
+            capability=capability,
+        )
+        outcome = await self._run(self._framework_doc, call)
+        return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+
+    async def record_topics(
+        self, topics: list[str], *, forget: str | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Record the configured topics; returns (added, removed) since the set recorded.
+        Each topic is reported by one process only (SADD/SREM say who changed the set).
+        ``forget``: a meta field dropped from each removed topic (so a topic that comes
+        back is announced again)."""
+        key = HubKeys(self.prefix).topics
+        added = [t for t in topics if await self.redis.sadd(key, t)]
+        members: Any = await self.redis.smembers(key)
+        recorded = {m.decode() for m in members}
+        removed = []
+        for topic in sorted(recorded - set(topics)):
+            if await self.redis.srem(key, topic):
+                removed.append(topic)
+                if forget is not None:
+                    await self.redis.hdel(self.keys(topic).meta, forget)
+        return added, removed
+
+    async def swap_description_digest(self, digest: str) -> str | None:
+        """Record the Source Description's digest; returns the one recorded before."""
+        old: Any = await self.redis.set(HubKeys(self.prefix).description, digest, get=True)
+        return None if old is None else old.decode()
+
+
+@dataclass(frozen=True, slots=True)
+class RotationAnnouncement:
+    """What a rotation's framework events name: the closed list's final URI, the open list,
+    the index both reside under; ``max_events`` the stream's bound (0: record none)."""
+
+    max_events: int
+    closed_loc: str
+    open_loc: str
+    index_loc: str
+
+
+def _framework_event(row: Any) -> FrameworkEvent:
+    """The one decoder of a framework stream row."""
+    raw_id, fields = row
+    return FrameworkEvent(
+        position=Position.parse(raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)),
+        change=FrameworkChange(
+            loc=fields[b"loc"].decode(),
+            change=Change(fields[b"ch"].decode()),
+            capability=fields[b"cap"].decode(),
+            time=from_us(int(fields[b"t"])),
+            index=fields[b"idx"].decode() or None,
+        ),
+    )
 
 
 def _stream_entry(row: Any) -> StreamEntry:

@@ -1,8 +1,9 @@
-"""The rspush push protocol, version 1 (docs/protocol.md), sans-I/O.
+"""The rspush push protocol, versions 1 and 2 (docs/protocol.md), sans-I/O.
 
 A WebSocket channel from the hub to Destinations carrying the changes of ResourceSync topics
 as change notifications (ResourceSync Change Notification §3) or their compact JSON form,
-each change with its stream position so a Destination resumes exactly where it left off.
+each change with its stream position so a Destination resumes exactly where it left off;
+version 2 adds framework frames (Framework Notification §3) for clients that ask.
 This package is the contract both ends share: the hub (``rspush.hub.push``) and the
 Destination agent (``rspush.subscriber.push``) import it, never each other. It builds and
 reads messages and frames as text and decides where a subscription starts; it does no I/O
@@ -17,7 +18,8 @@ Modules, one job each:
 - :mod:`.messages`: the hub's control messages ``subscribed``, ``history-insufficient``,
   ``error`` ("Subscribing", "History insufficient", "Errors and closing");
 - :mod:`.changes`: one change in JSON form ("Change frames");
-- :mod:`.frames`: change frames, JSON and XML, encoders and decoders ("Change frames");
+- :mod:`.frames`: change frames, JSON and XML, encoders and decoders ("Change frames"), and
+  framework frames ("Framework frames");
 - :mod:`.closing`: close codes and the close reason ("Errors and closing");
 - :mod:`.resume`: the resume decision ("Subscribing", "History insufficient").
 """
@@ -35,10 +37,13 @@ from .frames import (
     ChangesFrame,
     EncodedFrame,
     FrameEncoder,
+    FrameworkFrame,
     decode_frame,
+    decode_framework_frame,
     decode_json_frame,
     decode_xml_frame,
     encode_frames,
+    framework_frame,
     json_frame,
     xml_frame,
 )
@@ -52,12 +57,25 @@ from .messages import (
     control,
     decode_control,
 )
-from .names import PROTOCOL_VERSION, PUSH_REL, RSPUSH_NS
+from .names import (
+    BASE_VERSION,
+    FRAMEWORK_VERSION,
+    PROTOCOL_VERSION,
+    PUSH_REL,
+    RSPUSH_NS,
+    SUPPORTED_VERSIONS,
+)
 from .positions import MAX_MS, MAX_SEQ, ZERO, Position
 from .resume import Replay, SinceLookup, StreamFacts, check_replay, decide_resume
 from .subscribe import MAX_SUBSCRIBE_BYTES, MAX_TOPICS, Subscribe, TopicRequest, parse_subscribe
 
 __all__ = [
+    "BASE_VERSION",
+    "FRAMEWORK_VERSION",
+    "SUPPORTED_VERSIONS",
+    "FrameworkFrame",
+    "decode_framework_frame",
+    "framework_frame",
     "FRAME_ENCODERS",
     "FRAME_ENVELOPE_BYTES",
     "MAX_CHANGE_BYTES",

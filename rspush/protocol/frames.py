@@ -8,6 +8,10 @@ change notification (notification spec §3: a ``<urlset>`` whose ``rs:md`` has
 ``rsp:epoch`` on the document's ``rs:md`` and ``rsp:position`` on each change's ``rs:md``.
 Encoders splice the per-change JSON and XML the hub stored at ingest, so a batch is encoded
 once per format and the same bytes go to every subscriber.
+
+Framework frames (version 2, docs/protocol.md "Framework frames") carry a framework
+notification (Framework Notification §3) of one topic, whatever the format: ``{"type":
+"framework", "topic", "position", "notification": "<urlset …>"}``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rspush.resourcesync import parse_document
+from rspush.resourcesync import FrameworkChange, framework_changes, parse_document
 from rspush.resourcesync.namespaces import RS_NS, SITEMAP_NS
 from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us
 
@@ -169,11 +173,48 @@ def decode_xml_frame(frame: str | bytes) -> ChangesFrame:
     )
 
 
-def decode_frame(frame: str | bytes) -> ChangesFrame | ControlMessage | dict[str, Any]:
-    """Any frame the hub sends: changes (JSON or XML) or a control message (typed; a kind
-    this version does not know comes back as its JSON object). Raises ValueError (among them
-    :class:`ProtocolError`), KeyError or :class:`~rspush.resourcesync.DocumentError` for a
-    frame that is not protocol."""
+def framework_frame(topic: str, position: Position, notification: bytes) -> bytes:
+    """A framework notification of ``topic`` as one JSON text frame; ``position`` is the
+    topic's framework event position of its last change."""
+    return control(
+        "framework", topic=topic, position=str(position), notification=notification.decode()
+    ).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkFrame:
+    """A decoded framework frame: the topic, the position of its last event, the
+    notification as sent and the changes it announces."""
+
+    topic: str
+    position: Position
+    notification: str
+    changes: list[FrameworkChange]
+
+
+def decode_framework_frame(message: dict[str, Any]) -> FrameworkFrame:
+    """A decoded JSON ``framework`` message as a :class:`FrameworkFrame`. Raises
+    :class:`ProtocolError` (or :class:`~rspush.resourcesync.DocumentError`) for one that is
+    not a framework notification."""
+    notification = message.get("notification")
+    topic = message.get("topic")
+    position = message.get("position")
+    if not (isinstance(notification, str) and isinstance(topic, str) and isinstance(position, str)):
+        raise ProtocolError("framework frame: topic, position and notification must be strings")
+    try:
+        changes = framework_changes(parse_document(notification.encode()))
+    except ValueError as exc:
+        raise ProtocolError(f"framework frame: {exc}") from exc
+    return FrameworkFrame(topic, Position.parse(position), notification, changes)
+
+
+def decode_frame(
+    frame: str | bytes,
+) -> ChangesFrame | FrameworkFrame | ControlMessage | dict[str, Any]:
+    """Any frame the hub sends: changes (JSON or XML), framework notifications, or a control
+    message (typed; a kind this version does not know comes back as its JSON object).
+    Raises ValueError (among them :class:`ProtocolError`), KeyError or
+    :class:`~rspush.resourcesync.DocumentError` for a frame that is not protocol."""
     if isinstance(frame, bytes) or frame.startswith("<"):
         return decode_xml_frame(frame)
     message = json.loads(frame)
@@ -181,4 +222,6 @@ def decode_frame(frame: str | bytes) -> ChangesFrame | ControlMessage | dict[str
         raise ProtocolError("a frame must be a JSON object")
     if message.get("type") == "changes":
         return decode_json_frame(message)
+    if message.get("type") == "framework":
+        return decode_framework_frame(message)
     return decode_control(message)

@@ -1,6 +1,6 @@
 """The client's one message, ``subscribe`` (docs/protocol.md, "Subscribing"): the topics,
 each with an optional resume point (a position with its epoch, or a ``since`` time), the
-frame format and a token for private topics."""
+frame format, a token for private topics and (version 2) whether to send framework frames."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from rspush.resourcesync.w3cdt import parse_w3c_datetime
 
 from .closing import ProtocolError
-from .names import PROTOCOL_VERSION
+from .names import BASE_VERSION, FRAMEWORK_VERSION, PROTOCOL_VERSION, SUPPORTED_VERSIONS
 from .positions import Position
 
 MAX_TOPICS = 256
@@ -61,10 +61,12 @@ class Subscribe(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["subscribe"]
-    version: int = PROTOCOL_VERSION
+    version: int = BASE_VERSION
     format: Literal["json", "xml"] = "json"
     token: str | None = None
     topics: Annotated[list[TopicRequest], Field(min_length=1, max_length=MAX_TOPICS)]
+    framework: StrictBool = False
+    """Version 2: send framework frames of the subscribed topics too."""
 
     def encode(self) -> str:
         """The message as a client sends it: topics without their unset fields, the token
@@ -77,6 +79,8 @@ class Subscribe(BaseModel):
         }
         if self.token is not None:
             message["token"] = self.token
+        if self.framework:
+            message["framework"] = True
         return json.dumps(message)
 
 
@@ -88,9 +92,15 @@ def parse_subscribe(raw: str | bytes) -> Subscribe:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise ProtocolError(f"bad subscribe message: {where}: {first.get('msg')}") from exc
-    if message.version != PROTOCOL_VERSION:
+    if message.version not in SUPPORTED_VERSIONS:
         raise ProtocolError(
-            f"protocol version {message.version}; this hub speaks {PROTOCOL_VERSION}"
+            f"protocol version {message.version}; this hub speaks "
+            f"{', '.join(str(v) for v in sorted(SUPPORTED_VERSIONS))} (up to {PROTOCOL_VERSION})"
+        )
+    if message.framework and message.version < FRAMEWORK_VERSION:
+        raise ProtocolError(
+            f"framework frames need protocol version {FRAMEWORK_VERSION}; "
+            f"the message names {message.version}"
         )
     if len({t.topic for t in message.topics}) != len(message.topics):
         raise ProtocolError("a topic is listed twice")

@@ -19,6 +19,7 @@ from .errors import (
     WrongNamespaceError,
 )
 from .fragments import fragment_violations, is_valid_fragment
+from .framework import FrameworkChange, framework_changes, framework_notification
 from .hashes import DigestEncoding, HashValue, parse_hashes
 from .models import (
     Capability,
@@ -52,6 +53,7 @@ __all__ = [
     "DocumentTooLargeError",
     "DocumentType",
     "Entry",
+    "FrameworkChange",
     "HashValue",
     "Link",
     "MalformedXMLError",
@@ -65,6 +67,8 @@ __all__ = [
     "WrongNamespaceError",
     "document_type",
     "format_w3c_datetime",
+    "framework_changes",
+    "framework_notification",
     "fragment_violations",
     "is_valid_fragment",
     "is_valid",

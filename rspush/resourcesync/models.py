@@ -56,6 +56,8 @@ class Capability(StrEnum):
     CHANGE_NOTIFICATION = "change-notification"
     # The name used by drafts of the notification spec; accepted on input, never written.
     CHANGELIST_NOTIFICATION = "changelist-notification"
+    FRAMEWORK_NOTIFICATION = "framework-notification"
+    """Framework notification §3: a notification of changed capability documents."""
 
 
 class Change(StrEnum):
@@ -92,6 +94,7 @@ class DocumentType(StrEnum):
     CHANGE_DUMP_ARCHIVE = "Change Dump Archive"
     CHANGE_DUMP_ARCHIVE_INDEX = "Change Dump Archive Index"
     CHANGE_NOTIFICATION = "Change Notification"
+    FRAMEWORK_NOTIFICATION = "Framework Notification"
     UNKNOWN = "unknown"
 
 
@@ -135,6 +138,8 @@ for _cap, _plain, _index in [
     ),
     (Capability.CHANGE_NOTIFICATION, DocumentType.CHANGE_NOTIFICATION, None),
     (Capability.CHANGELIST_NOTIFICATION, DocumentType.CHANGE_NOTIFICATION, None),
+    # Framework notification §3: never a <sitemapindex>.
+    (Capability.FRAMEWORK_NOTIFICATION, DocumentType.FRAMEWORK_NOTIFICATION, None),
 ]:
     _TYPES[(_cap.value, "urlset")] = _plain
     if _index is not None:

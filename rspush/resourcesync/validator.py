@@ -13,6 +13,8 @@ spec section, never stopping at the first. Rules (ids in brackets):
   List / Change Dump indexes and archives  [forward-order]
 - ``change`` values; ``path`` in dump manifests except for deletions  [change-*, path-*]
 - Capability Lists: one entry per capability  [capability-duplicate]
+- framework notifications: each entry names the changed document's capability (an unknown
+  one is a warning: other specifications may add values)  [capability-entry]
 - Sitemap limits: 50,000 entries, 50 MB  [limit-*]
 - the string values the XML Schemas type: ``<loc>`` an absolute URI of 12-2,048 characters,
   ``rs:ln`` href/profile absolute URIs, rel a relation type, ``type`` a schema content type
@@ -90,10 +92,24 @@ _ENTRY_AT_ALLOWED = {
 _ENTRY_FROM_RECOMMENDED = {T.CHANGE_LIST_INDEX, T.CHANGE_DUMP, T.CHANGE_DUMP_INDEX}
 _ENTRY_FROM_ALLOWED = _ENTRY_FROM_RECOMMENDED | {T.CHANGE_LIST_ARCHIVE, T.CHANGE_DUMP_ARCHIVE}
 # Documents whose entries are changes (§12.1, §13.2, notification §3).
-_CHANGE_DOCS = {T.CHANGE_LIST, T.CHANGE_DUMP_MANIFEST, T.CHANGE_NOTIFICATION}
+_CHANGE_DOCS = {
+    T.CHANGE_LIST,
+    T.CHANGE_DUMP_MANIFEST,
+    T.CHANGE_NOTIFICATION,
+    T.FRAMEWORK_NOTIFICATION,
+}
 # Documents without a mandatory up link: the Source Description is the top; the
-# notification's up link is optional (notification §3).
-_NO_UP = {T.SOURCE_DESCRIPTION, T.SOURCE_DESCRIPTION_INDEX, T.CHANGE_NOTIFICATION, T.UNKNOWN}
+# notifications' up links are optional (notification §3, framework notification §3).
+_NO_UP = {
+    T.SOURCE_DESCRIPTION,
+    T.SOURCE_DESCRIPTION_INDEX,
+    T.CHANGE_NOTIFICATION,
+    T.FRAMEWORK_NOTIFICATION,
+    T.UNKNOWN,
+}
+# Framework notification §3: from and until are optional.
+_OPTIONAL_INTERVAL_DOCS = {T.FRAMEWORK_NOTIFICATION}
+_FRAMEWORK = "Framework Notification §3"
 
 _SECTION = {
     T.SOURCE_DESCRIPTION: "Z39.99 §8",
@@ -118,6 +134,7 @@ _SECTION = {
     T.CHANGE_DUMP_ARCHIVE: "Archives §6",
     T.CHANGE_DUMP_ARCHIVE_INDEX: "Archives §3.1",
     T.CHANGE_NOTIFICATION: "Notification §3",
+    T.FRAMEWORK_NOTIFICATION: _FRAMEWORK,
     T.UNKNOWN: "Z39.99 §7",
 }
 _APPENDIX_A = "Z39.99 Appendix A"
@@ -161,6 +178,8 @@ def _check(doc: Document) -> Iterator[Violation]:
     yield from _check_order(doc, kind, section)
     if kind is T.CAPABILITY_LIST:
         yield from _check_capability_list(doc)
+    if kind is T.FRAMEWORK_NOTIFICATION:
+        yield from _check_framework_entries(doc)
 
 
 def _check_capability(doc: Document, kind: DocumentType) -> Iterator[Violation]:
@@ -185,6 +204,7 @@ def _check_capability(doc: Document, kind: DocumentType) -> Iterator[Violation]:
         notification = capability in (
             Capability.CHANGE_NOTIFICATION,
             Capability.CHANGELIST_NOTIFICATION,
+            Capability.FRAMEWORK_NOTIFICATION,
         )
         yield _v(
             "root-not-allowed",
@@ -242,7 +262,7 @@ def _check_document_times(doc: Document, kind: DocumentType, section: str) -> It
                 "a change notification must have rs:md@until",
                 "Notification §3",
             )
-    elif md.from_ is not None or md.until is not None:
+    elif kind not in _OPTIONAL_INTERVAL_DOCS and (md.from_ is not None or md.until is not None):
         yield _v(
             "time-from-not-used",
             f"rs:md@from/until are not used in a {kind}",
@@ -570,3 +590,44 @@ def _check_capability_list(doc: Document) -> Iterator[Violation]:
             )
         else:
             seen[capability] = index
+
+
+# Framework notification §3: what a framework notification's entries may name; the archives
+# spec's values too, and other specifications may add more (so an unknown one is a warning).
+_FRAMEWORK_SUBJECTS = frozenset(
+    {
+        Capability.RESOURCELIST,
+        Capability.RESOURCEDUMP,
+        Capability.CHANGELIST,
+        Capability.CHANGEDUMP,
+        Capability.CAPABILITYLIST,
+        Capability.DESCRIPTION,
+        Capability.RESOURCELIST_ARCHIVE,
+        Capability.RESOURCEDUMP_ARCHIVE,
+        Capability.CHANGELIST_ARCHIVE,
+        Capability.CHANGEDUMP_ARCHIVE,
+    }
+)
+
+
+def _check_framework_entries(doc: Document) -> Iterator[Violation]:
+    """Framework notification §3: each entry's rs:md names the changed document's capability."""
+    for index, entry in enumerate(doc.entries):
+        capability = None if entry.md is None else entry.md.capability
+        if capability is None:
+            yield _v(
+                "capability-entry",
+                'each framework notification entry needs <rs:md capability="..."> naming '
+                "the changed document's capability",
+                _FRAMEWORK,
+                entry=index,
+            )
+        elif capability not in _FRAMEWORK_SUBJECTS:
+            yield _v(
+                "capability-entry",
+                f"capability={capability!r} is not a capability document the core or "
+                "archives specs define",
+                _FRAMEWORK,
+                entry=index,
+                severity=Severity.WARNING,
+            )

@@ -9,6 +9,15 @@ with backoff (and polling, where there is a push channel to come back to); only 
 configuration error ends :meth:`Agent.run`. A stop request is honoured within
 ``stop_grace`` (1 s): downloads still running then are cancelled, the checkpoint committed.
 
+Framework frames: when the Capability List advertises a framework-notification channel
+(Framework Notification §5), the push session asks the hub for framework frames too
+(protocol version 2): Change List rotations, Resource List and Capability List updates
+reach the agent as they happen. While push is up every change arrives pushed, so the agent
+reads no Change List, index or archive at all; a rotation only moves where the next catch-up
+finds the lists, which the frames tell (:meth:`ChangeLists.note_framework`). When push is
+down, or the hub is older (no channel advertised: a version 1 subscribe, as before), the
+agent polls the open list as before.
+
 Resuming after poll or catch-up is by time (``since``, inclusive): changes already applied
 come again and are skipped (:mod:`rspush.subscriber.decide`), so nothing is missed and nothing is
 applied twice.
@@ -23,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
-from rspush.protocol import Position, TopicRequest
-from rspush.resourcesync import Capability
+from rspush.protocol import FrameworkFrame, Position, TopicRequest
+from rspush.resourcesync import Capability, FrameworkChange
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 from .appliers import Applier
@@ -63,6 +73,9 @@ log = logging.getLogger("rs_subscribe")
 
 ResumePoint: TypeAlias = tuple[str, str]  # (position, epoch) a push session starts after
 
+MAX_FRAMEWORK_KEPT = 1000
+"""Framework changes :attr:`Agent.framework_changes` keeps (the oldest are dropped)."""
+
 
 class Agent:
     def __init__(
@@ -88,6 +101,8 @@ class Agent:
         """Event-loop time the last baseline completed (rebaselines are rate-limited)."""
         self._deferred: str | None = None
         """Why a rebaseline is being put off (logged once, not at every poll)."""
+        self.framework_changes: deque[FrameworkChange] = deque(maxlen=MAX_FRAMEWORK_KEPT)
+        """The latest framework changes pushed (for status and tests), oldest first."""
 
     @property
     def channel(self) -> State:
@@ -343,15 +358,32 @@ class Agent:
         # Every way the channel fails (a 502 to the upgrade, a connection closed before
         # the 101, a reset) becomes a PushError: reconnect with backoff, poll meanwhile.
         token = push_token(url, self.config.source_url, self.config.token)
-        stream = guarded(push_changes(url, [request], token=token), url)
+        # Framework frames only from a hub that advertises the channel: an older hub
+        # refuses the version 2 subscribe they need.
+        framework = self._need().endpoints.framework is not None
+        stream = guarded(push_changes(url, [request], token=token, framework=framework), url)
         async with contextlib.aclosing(stream) as items:
             async for item in items:
                 await self._pushed(item, backoff)
         raise PushError("push channel closed")
 
-    async def _pushed(self, item: Change | dict[str, Any], backoff: Backoff) -> None:
-        mirror = self._need().mirror
-        if isinstance(item, Change):
+    async def _pushed(
+        self, item: Change | FrameworkFrame | dict[str, Any], backoff: Backoff
+    ) -> None:
+        parts = self._need()
+        mirror = parts.mirror
+        if isinstance(item, FrameworkFrame):
+            for announced in item.changes:
+                log.info(
+                    "framework: %s %s %s%s",
+                    announced.capability,
+                    announced.change.value,
+                    announced.loc,
+                    "" if announced.index is None else f" (under {announced.index})",
+                )
+                self.framework_changes.append(announced)
+                parts.lists.note_framework(announced)
+        elif isinstance(item, Change):
             try:
                 change = from_push(item.data, epoch=item.epoch)
             except (ValueError, KeyError, TypeError) as exc:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rspush.resourcesync import Capability, Document
+from rspush.resourcesync import Capability, Change, Document, FrameworkChange
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .changes import ChangeType, Channel, ResourceChange, from_entry
@@ -94,6 +94,20 @@ class ChangeLists:
         self.archive = archive
         self._indexes: set[str] = set()
         """Change List URLs that turned out to be Change List Indexes (§12.2)."""
+        self.rotations = 0
+        """Rotations the Source announced in framework notifications."""
+
+    def note_framework(self, change: FrameworkChange) -> None:
+        """A framework notification's change (Framework Notification §3). A Change List
+        created is the Source's new open list: the one to poll when the Capability List
+        named none yet (one that names a list or an index keeps naming it: a rotation
+        changes what is behind that URL, not the URL)."""
+        if change.capability != Capability.CHANGELIST:
+            return
+        if change.change == Change.CREATED:
+            self.rotations += 1
+            if self.change_list is None:
+                self.change_list = change.loc
 
     async def since(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
         """Every change at or after ``moment``: closed lists first, then the open one."""

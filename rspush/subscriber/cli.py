@@ -27,7 +27,7 @@ import httpx
 import typer
 from pydantic import ValidationError
 
-from rspush.protocol import CloseCode, ProtocolError, TopicRequest
+from rspush.protocol import CloseCode, FrameworkFrame, ProtocolError, TopicRequest
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .agent import Agent, AgentConfig
@@ -64,7 +64,14 @@ from .deadlines import DEFAULT_GRACE, DEFAULT_MIN_RATE
 from .discovery import discover
 from .errors import DiscoveryError, StateLockedError, SubscriberError, TopicNotFound
 from .logs import EventWriter, setup_logging
-from .push import Change, HistoryInsufficientError, PushError, RefusedError, push_changes
+from .push import (
+    Change,
+    HistoryInsufficientError,
+    PushError,
+    RefusedError,
+    framework_line,
+    push_changes,
+)
 from .push_failures import guarded
 from .source_auth import push_token, source_auth
 
@@ -457,11 +464,21 @@ def watch(
     token: Annotated[
         str | None, typer.Option(help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN).")
     ] = None,
+    framework: Annotated[
+        bool,
+        typer.Option(
+            "--framework",
+            help="Also print framework notifications (a Change List closed or opened, the "
+            "Resource List or Capability List updated…), one line each with type "
+            '"framework"; needs a hub that advertises a framework-notification channel.',
+        ),
+    ] = False,
 ) -> None:
     """Print pushed changes as JSON lines (debugging).
 
     One line per change: topic, epoch, position, loc, change, datetime (and hash, length,
-    type when given).
+    type when given). With --framework, also one line per framework notification: topic,
+    position and its changes (loc, change, capability, datetime, index).
 
     Exit status: 1 channel closed, 2 usage/discovery error, 3 history insufficient (catch up
     from the archive it names), 4 refused (unauthorised, unknown topic).
@@ -476,7 +493,9 @@ def watch(
         typer.echo(f"rs-subscribe: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     token = token or os.environ.get("RSPUSH_SUBSCRIBER_TOKEN")
-    raise typer.Exit(asyncio.run(_watch(source_url, topic, since, epoch, fmt, token)))
+    raise typer.Exit(
+        asyncio.run(_watch(source_url, topic, since, epoch, fmt, token, framework=framework))
+    )
 
 
 async def _watch(
@@ -486,6 +505,8 @@ async def _watch(
     epoch: str | None,
     fmt: str,
     token: str | None,
+    *,
+    framework: bool = False,
 ) -> int:
     try:
         async with httpx.AsyncClient(
@@ -499,6 +520,13 @@ async def _watch(
                 err=True,
             )
             return EXIT_USAGE
+        if framework and endpoints.framework is None:
+            typer.echo(
+                f"rs-subscribe: {endpoints.capability_list} advertises no "
+                "framework-notification channel (--framework needs one)",
+                err=True,
+            )
+            return EXIT_USAGE
         request = _request(endpoints.topic, since, epoch)
     except ENDING_ERRORS as exc:
         return _fail_with(exc, debug=False)
@@ -507,9 +535,13 @@ async def _watch(
     try:
         url = endpoints.push_url
         token = push_token(url, source_url, token)
-        async for item in guarded(push_changes(url, [request], fmt=fmt, token=token), url):
+        stream = push_changes(url, [request], fmt=fmt, token=token, framework=framework)
+        async for item in guarded(stream, url):
             if isinstance(item, Change):
                 sys.stdout.write(json.dumps(item.as_json(), separators=(",", ":")) + "\n")
+                sys.stdout.flush()
+            elif isinstance(item, FrameworkFrame):
+                sys.stdout.write(json.dumps(framework_line(item), separators=(",", ":")) + "\n")
                 sys.stdout.flush()
             elif item.get("type") == "subscribed":
                 typer.echo(

@@ -98,6 +98,9 @@ class TopicEndpoints:
     change_dump: str | None = None
     source_description: str | None = None  # the one read on the way, if any
     base_uri: str = ""
+    framework: str | None = None
+    """The framework-notification topic URI (Framework Notification §5), when advertised:
+    the hub then sends framework frames on its push channel to a client that asks."""
 
     def __post_init__(self) -> None:
         if not self.base_uri:
@@ -404,6 +407,7 @@ def _endpoints(found: _Found, source_description: str | None) -> TopicEndpoints:
         resource_dump=by_capability.get(Capability.RESOURCEDUMP),
         change_dump=by_capability.get(Capability.CHANGEDUMP),
         source_description=source_description,
+        framework=by_capability.get(Capability.FRAMEWORK_NOTIFICATION),
     )
 
 

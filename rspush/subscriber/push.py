@@ -16,9 +16,11 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from rspush.protocol import (
+    FRAMEWORK_VERSION,
     MAX_FRAME_BYTES,
     ChangesFrame,
     CloseCode,
+    FrameworkFrame,
     HistoryInsufficient,
     Refusal,
     Subscribe,
@@ -27,6 +29,7 @@ from rspush.protocol import (
     decode_frame,
 )
 from rspush.resourcesync import DocumentError
+from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .errors import SubscriberError
 
@@ -86,11 +89,20 @@ async def push_changes(
     fmt: str = "json",
     token: str | None = None,
     open_timeout: float = 10.0,
-) -> AsyncIterator[Change | dict[str, Any]]:
+    framework: bool = False,
+) -> AsyncIterator[Change | FrameworkFrame | dict[str, Any]]:
     """Yield ``subscribed`` control messages (as the hub sent them, dicts) and
     :class:`Change` values until the connection closes; raise :class:`PushError` (or a
-    subclass) on every abnormal end."""
-    request = Subscribe(type="subscribe", format=fmt, token=token, topics=list(topics))
+    subclass) on every abnormal end. With ``framework`` (only for a hub that advertises a
+    framework channel: a version 1 hub refuses the version 2 message this sends), also
+    :class:`~rspush.protocol.FrameworkFrame` values."""
+    request = Subscribe(
+        type="subscribe",
+        format=fmt,
+        token=token,
+        topics=list(topics),
+        **({"version": FRAMEWORK_VERSION, "framework": True} if framework else {}),
+    )
     try:
         # The hub's frames never pass MAX_FRAME_BYTES: a larger one is refused (close 1009),
         # so a hostile or broken endpoint cannot make the agent buffer without bound.
@@ -117,9 +129,33 @@ async def push_changes(
     raise PushError("push channel closed by the hub", CloseCode.SHUTDOWN)
 
 
+def framework_line(frame: FrameworkFrame) -> dict[str, Any]:
+    """A framework frame as one JSON object (``rs-subscribe watch --framework``)."""
+    return {
+        "type": "framework",
+        "topic": frame.topic,
+        "position": str(frame.position),
+        "changes": [
+            {
+                "loc": change.loc,
+                "change": change.change.value,
+                "capability": change.capability,
+                **({} if change.time is None else {"datetime": format_w3c_datetime(change.time)}),
+                **({} if change.index is None else {"index": change.index}),
+            }
+            for change in frame.changes
+        ],
+    }
+
+
 def _items(
-    decoded: ChangesFrame | Subscribed | HistoryInsufficient | Refusal | dict[str, Any],
-) -> list[Change | dict[str, Any]]:
+    decoded: ChangesFrame
+    | FrameworkFrame
+    | Subscribed
+    | HistoryInsufficient
+    | Refusal
+    | dict[str, Any],
+) -> list[Change | FrameworkFrame | dict[str, Any]]:
     """What one decoded frame yields: its changes, or the control message; raises the typed
     errors for refusals."""
     if isinstance(decoded, ChangesFrame):
@@ -135,6 +171,8 @@ def _items(
             )
             for item in decoded.changes
         ]
+    if isinstance(decoded, FrameworkFrame):
+        return [decoded]
     if isinstance(decoded, HistoryInsufficient):
         raise HistoryInsufficientError(decoded)
     if isinstance(decoded, Refusal):

@@ -34,6 +34,7 @@ async def test_the_hub(hub: RunningHub, http: httpx.AsyncClient) -> None:
         resource_list=f"{topic}/resourcelist.xml",
         push_url=hub.push_url,
         source_description=description,
+        framework=f"{topic}/framework",  # Framework Notification §5
     )
     assert found.push_url is not None
     assert found.base_uri == f"{hub.url}/"

@@ -252,7 +252,10 @@ async def test_unknown_topic_and_protocol_errors(hub: RunningHub) -> None:
     for raw in (
         "hello",
         '{"type": "subscribe"}',
-        '{"type": "subscribe", "version": 2, "topics": [{"topic": "dataset1"}]}',
+        # A version this hub does not speak (it speaks 1 and 2), and framework frames asked
+        # for in version 1.
+        '{"type": "subscribe", "version": 3, "topics": [{"topic": "dataset1"}]}',
+        '{"type": "subscribe", "version": 1, "framework": true, "topics": [{"topic": "dataset1"}]}',
         '{"type": "subscribe", "topics": [{"topic": "dataset1", "position": "soon"}]}',
     ):
         code, reason, messages = await _refusal(url, raw=raw)

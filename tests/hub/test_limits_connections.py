@@ -50,7 +50,9 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bytes:
     try:
         while chunk := await reader.read(4096):
             received += chunk
-    except ConnectionResetError:  # closed while the client was still sending (slowloris)
+    except (ConnectionResetError, BrokenPipeError):
+        # Closed while the client was still sending (slowloris): a reset, or the client's
+        # own write failing first (the stream then reports that error on read).
         pass
     return received
 

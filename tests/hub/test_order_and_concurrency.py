@@ -19,6 +19,7 @@ from rspush.resourcesync import Document, DocumentType, Entry, parse_document, v
 from rspush.resourcesync.schema import schema_errors
 from tests.support.fragments import auth, change_fragment, iso
 from tests.support.hubs import HubFactory
+from tests.support.rejections import snapshot
 from tests.support.waiting import eventually
 
 RS = (
@@ -249,28 +250,9 @@ def described(doc: Document) -> list[tuple[str, Any, Any, Any, Any]]:
     ]
 
 
-async def dump(redis_url: str, prefix: str) -> dict[bytes, Any]:
-    redis = Redis.from_url(redis_url)
-    try:
-        out: dict[bytes, Any] = {}
-        key: Any
-        async for key in redis.scan_iter(match=f"{prefix}:*"):
-            if key.endswith(b":lease"):  # renewed by the rotator on its own schedule
-                continue
-            kind: Any = await redis.type(key)
-            value: Any
-            if kind == b"stream":
-                value = await redis.xrange(key)
-            elif kind == b"hash":
-                value = await redis.hgetall(key)
-            elif kind == b"list":
-                value = await redis.lrange(key, 0, -1)
-            else:
-                value = await redis.get(key)
-            out[key] = (kind, value)
-        return out
-    finally:
-        await redis.aclose()
+async def dump(redis_url: str, prefix: str) -> dict[str, tuple[str, Any]]:
+    """Every key under the prefix (what a refused request must leave as it was)."""
+    return await snapshot(redis_url, prefix)
 
 
 async def test_seeding_makes_the_resource_list_complete_from_day_one(

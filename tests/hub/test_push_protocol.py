@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from rspush.protocol import (
+    BASE_VERSION,
     PROTOCOL_VERSION,
     RSPUSH_NS,
     ZERO,
@@ -98,7 +99,9 @@ def test_positions_are_ordered_numerically() -> None:
 
 def test_parse_subscribe_defaults() -> None:
     message = parse_subscribe('{"type":"subscribe","topics":[{"topic":"dataset1"}]}')
-    assert message.version == PROTOCOL_VERSION == 1
+    # A message naming no version is version 1: no framework frames (docs/protocol.md).
+    assert message.version == BASE_VERSION == 1
+    assert message.framework is False
     assert message.format == "json"
     assert message.token is None
     [topic] = message.topics
@@ -152,7 +155,8 @@ def _subscribe(**fields: object) -> str:
         (_subscribe(topics=[{"topic": "dataset1", "colour": "red"}]), "colour"),
         (_subscribe(format="csv"), "format"),
         (_subscribe(extra=1), "extra"),
-        (_subscribe(version=2), "protocol version 2"),
+        (_subscribe(version=PROTOCOL_VERSION + 1), f"protocol version {PROTOCOL_VERSION + 1}"),
+        (_subscribe(framework=True), "framework frames need protocol version 2"),
         (_subscribe(topics=[{"topic": "dataset1"}, {"topic": "dataset1"}]), "twice"),
     ],
 )

@@ -57,6 +57,7 @@ LAYOUT: dict[DocumentType, tuple[str, str]] = {
     T.CHANGE_DUMP_ARCHIVE: ("changedump-archive", "urlset"),
     T.CHANGE_DUMP_ARCHIVE_INDEX: ("changedump-archive", "sitemapindex"),
     T.CHANGE_NOTIFICATION: ("change-notification", "urlset"),
+    T.FRAMEWORK_NOTIFICATION: ("framework-notification", "urlset"),
 }
 ALL_TYPES = tuple(LAYOUT)
 
@@ -86,7 +87,19 @@ ENTRY_AT = {
 }
 ENTRY_FROM_RECOMMENDED = {T.CHANGE_LIST_INDEX, T.CHANGE_DUMP, T.CHANGE_DUMP_INDEX}
 ENTRY_FROM = ENTRY_FROM_RECOMMENDED | {T.CHANGE_LIST_ARCHIVE, T.CHANGE_DUMP_ARCHIVE}
-CHANGES = {T.CHANGE_LIST, T.CHANGE_DUMP_MANIFEST, T.CHANGE_NOTIFICATION}
+CHANGES = {T.CHANGE_LIST, T.CHANGE_DUMP_MANIFEST, T.CHANGE_NOTIFICATION, T.FRAMEWORK_NOTIFICATION}
+# Framework Notification §3: the notifications whose up link is optional; what its entries
+# name (the changed document's capability).
+OPTIONAL_UP = {T.CHANGE_NOTIFICATION, T.FRAMEWORK_NOTIFICATION}
+FRAMEWORK_SUBJECTS = (
+    "resourcelist",
+    "resourcedump",
+    "changelist",
+    "changedump",
+    "capabilitylist",
+    "description",
+    "changelist-archive",
+)
 MANIFESTS = {T.RESOURCE_DUMP_MANIFEST, T.CHANGE_DUMP_MANIFEST}
 ORDERED_BY_AT = {T.RESOURCE_LIST_ARCHIVE, T.RESOURCE_DUMP_ARCHIVE}
 NO_UP = {T.SOURCE_DESCRIPTION, T.SOURCE_DESCRIPTION_INDEX}
@@ -101,6 +114,7 @@ ADVERTISED = (
     "changelist-archive",
     "changedump-archive",
     "change-notification",
+    "framework-notification",
 )
 
 # --- values ---------------------------------------------------------------------------------
@@ -273,10 +287,15 @@ def documents(
         last = moments[-1] if moments else start
         if kind is T.CHANGE_NOTIFICATION or draw(_booleans):
             md["until"] = last + draw(deltas)
+    if kind is T.FRAMEWORK_NOTIFICATION:  # §3: from and until are optional
+        if draw(_booleans):
+            md["from_"] = start
+        if draw(_booleans):
+            md["until"] = (moments[-1] if moments else start) + draw(deltas)
 
     # Document-level rs:ln: up (where mandatory) among other links.
     doc_links = draw(_other_document_links)
-    if kind not in NO_UP and (kind is not T.CHANGE_NOTIFICATION or draw(_booleans)):
+    if kind not in NO_UP and (kind not in OPTIONAL_UP or draw(_booleans)):
         doc_links.insert(draw(st.integers(0, len(doc_links))), draw(_up_links))
 
     # Capability List entries take distinct capabilities (its count is capped above).
@@ -329,6 +348,9 @@ def _entry(
     if kind is T.CAPABILITY_LIST:
         required_md = True
         md["capability"] = advertised
+    if kind is T.FRAMEWORK_NOTIFICATION:
+        required_md = True
+        md["capability"] = draw(st.sampled_from(FRAMEWORK_SUBJECTS))
     if kind is T.SOURCE_DESCRIPTION and draw(_booleans):
         required_md = True
         md["capability"] = "capabilitylist"

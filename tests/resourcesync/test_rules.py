@@ -232,6 +232,26 @@ def notification() -> Document:
     )
 
 
+def framework_notification() -> Document:
+    """Framework Notification §3: entries name the changed document's capability; a
+    document under an index links to it."""
+    return Document(
+        md=Metadata(capability="framework-notification", from_=T0, until=hours(1)),
+        links=(UP_CAPLIST,),
+        entries=(
+            Entry(
+                loc=loc("changelists/3.xml"),
+                md=Metadata(change="updated", datetime=hours(0.5), capability="changelist"),
+                links=(Link(rel="index", href=loc("changelist-index.xml")),),
+            ),
+            Entry(
+                loc=loc("resourcelist.xml"),
+                md=Metadata(change="updated", datetime=hours(0.75), capability="resourcelist"),
+            ),
+        ),
+    )
+
+
 def _archive(capability: str, times: Callable[[int], Metadata]) -> Document:
     return Document(
         md=Metadata(capability=capability),
@@ -290,6 +310,7 @@ BASES: dict[str, Callable[[], Document]] = {
     "change_dump_index": change_dump_index,
     "change_dump_manifest": change_dump_manifest,
     "notification": notification,
+    "framework_notification": framework_notification,
     "resource_list_archive": resource_list_archive,
     "resource_dump_archive": resource_dump_archive,
     "change_list_archive": change_list_archive,

@@ -16,7 +16,14 @@ from rspush.hub.settings import Limits, Settings, Source, Topic
 from tests.support.fragments import TOKEN_A, TOKEN_B
 
 
-def make_settings(redis_url: str, prefix: str, base_url: str, **limits: object) -> Settings:
+def make_settings(
+    redis_url: str,
+    prefix: str,
+    base_url: str,
+    *,
+    framework: dict[str, object] | None = None,
+    **limits: object,
+) -> Settings:
     return Settings(
         hub={"base_url": base_url},
         topics=[Topic(name="dataset1"), Topic(name="dataset2")],
@@ -38,6 +45,7 @@ def make_settings(redis_url: str, prefix: str, base_url: str, **limits: object) 
         push={"port": 0},  # every hub in a test run gets its own free push port
         rotation_interval_s=0.05,
         lease_ttl_s=1.0,
+        framework=framework or {},
     )
 
 
@@ -46,13 +54,17 @@ HubFactory = Callable[..., AbstractAsyncContextManager[RunningHub]]
 
 @pytest.fixture
 def hub_factory(redis_url: str, prefix: str) -> HubFactory:
-    """``async with hub_factory(**limits) as running:`` — a hub on 127.0.0.1, port 0."""
+    """``async with hub_factory(**limits) as running:`` — a hub on 127.0.0.1, port 0;
+    ``framework={...}`` sets its ``[framework]`` section."""
 
     @asynccontextmanager
-    async def start(**limits: object) -> AsyncIterator[RunningHub]:
+    async def start(
+        framework: dict[str, object] | None = None, **limits: object
+    ) -> AsyncIterator[RunningHub]:
         sock = bind("127.0.0.1", 0)
         base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        async with running_hub(make_settings(redis_url, prefix, base, **limits), sock=sock) as h:
+        settings = make_settings(redis_url, prefix, base, framework=framework, **limits)
+        async with running_hub(settings, sock=sock) as h:
             yield h
 
     return start

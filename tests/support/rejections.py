@@ -15,15 +15,17 @@ from tests.support.fragments import TOKEN_A, TOKEN_B, auth, change_fragment, iso
 
 
 async def snapshot(redis_url: str, prefix: str) -> dict[str, tuple[str, Any]]:
-    """TYPE and content of every key under ``prefix``. Left out: TTLs, and the rotation
-    lease, which the rotator renews (or loses, on a stalled loop) on its own schedule."""
+    """TYPE and content of every key under ``prefix``. Left out: TTLs, the rotation lease,
+    which the rotator renews (or loses, on a stalled loop) on its own schedule, and the
+    framework events with their bookkeeping in the meta (``fw_*``), which the lease holder
+    records on its own schedule too (a Resource List update announced after an interval)."""
     client = Redis.from_url(redis_url)
     try:
         dump: dict[str, tuple[str, Any]] = {}
         raw: Any
         async for raw in client.scan_iter(match=f"{prefix}:*", count=1000):
             key = raw.decode()
-            if key.endswith(":lease"):
+            if key.endswith((":lease", ":framework")):
                 continue
             kind = (await client.type(raw)).decode()  # type: ignore[union-attr]
             value: Any
@@ -35,7 +37,8 @@ async def snapshot(redis_url: str, prefix: str) -> dict[str, tuple[str, Any]]:
                     info.get("entries-added"),
                 )
             elif kind == "hash":
-                value = await client.hgetall(raw)
+                fields = await client.hgetall(raw)
+                value = {k: v for k, v in fields.items() if not k.startswith(b"fw_")}
             elif kind == "list":
                 value = await client.lrange(raw, 0, -1)
             elif kind == "string":

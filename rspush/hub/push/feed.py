@@ -82,6 +82,10 @@ class Subscription:
     live: bool = False
     pending: list[Batch] = field(default_factory=list)
     closed: bool = False
+    framework: bool = False
+    """The client asked for framework frames (protocol version 2)."""
+    framework_pending: list[bytes] = field(default_factory=list)
+    """Framework frames that arrived while the replay ran: sent once it is live."""
 
 
 class TopicFeed:
@@ -244,6 +248,24 @@ class TopicFeed:
                 broadcast(connections, frame.data, text=True)
             if self.on_sent is not None:
                 self.on_sent(self.topic, len(connections), len(batch.changes), lag)
+
+    def deliver_framework(self, frame: bytes) -> None:
+        """Hand a framework frame to every subscription that asked for them: broadcast to
+        the live ones, queue for the ones still replaying (bounded like change batches)."""
+        connections = []
+        for sub in list(self.subscriptions):
+            if sub.closed or not sub.framework:
+                continue
+            if not sub.live:
+                sub.framework_pending.append(frame)
+                if len(sub.framework_pending) > self.max_pending_batches:
+                    self.close_slow(sub)
+                continue
+            if self._over_limit(sub.connection):
+                self.close_slow(sub)
+                continue
+            connections.append(sub.connection)
+        broadcast(connections, frame, text=True)
 
     def _over_limit(self, connection: ServerConnection) -> bool:
         transport = connection.transport

@@ -59,6 +59,7 @@ from ..settings import Settings
 from ..store import StreamEntry, TopicStore
 from .feed import Subscription, TopicFeed
 from .flow import Stalled, close_slow, send_bounded
+from .framework_feed import FrameworkFeed
 from .limits import ConnectionLimiter, service_unavailable
 
 log = logging.getLogger("rspush.hub.push")
@@ -121,6 +122,8 @@ class PushServer:
         self.settings = settings
         self.store = TopicStore(redis, prefix=settings.redis_prefix)
         self.feeds: dict[str, TopicFeed] = {}
+        self.framework: FrameworkFeed | None = None
+        """Framework frames (protocol version 2), when ``[framework] enabled``."""
         self.on_sent = on_sent
         self.on_slow = on_slow
         self.on_subscribers = on_subscribers
@@ -154,6 +157,14 @@ class PushServer:
                 on_slow=self.on_slow,
             )
             self.feeds[topic.name] = feed
+        if self.settings.framework.enabled:
+            self.framework = FrameworkFeed(
+                self.store,
+                self.feeds,
+                self.settings.hub.base_url,
+                interval_s=self.settings.framework.push_interval_s,
+            )
+            await self.framework.start()
         limit_flood_logging()
         connection_class = type(
             "PushConnection",
@@ -203,6 +214,8 @@ class PushServer:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        if self.framework is not None:
+            await self.framework.stop()
         for feed in self.feeds.values():
             await feed.stop()
 
@@ -218,7 +231,12 @@ class PushServer:
             self._settled.clear()
             try:
                 for topic_request in request.topics:
-                    outcome = await self._subscribe(connection, topic_request, request.format)
+                    outcome = await self._subscribe(
+                        connection,
+                        topic_request,
+                        request.format,
+                        framework=request.framework and self.framework is not None,
+                    )
                     if isinstance(outcome, HistoryInsufficient):
                         with contextlib.suppress(ConnectionClosed, Stalled):
                             await self._write(connection, outcome.encode().encode())
@@ -286,7 +304,12 @@ class PushServer:
             )
 
     async def _subscribe(
-        self, connection: ServerConnection, request: TopicRequest, fmt: str
+        self,
+        connection: ServerConnection,
+        request: TopicRequest,
+        fmt: str,
+        *,
+        framework: bool = False,
     ) -> Subscription | HistoryInsufficient:
         """Decide where the topic's subscription starts (:func:`decide_resume`), register it
         with the feed, say ``subscribed``, replay, then hand it to the live feed."""
@@ -319,6 +342,7 @@ class PushServer:
             format=fmt,
             last_sent=feed.last if start is None else start,
             until=feed.last_until if start is None else None,
+            framework=framework,
         )
         # From here on live batches queue in sub.pending: nothing is sent before the
         # "subscribed" message, and nothing after the position it names is missed. It counts
@@ -392,6 +416,12 @@ class PushServer:
                     await self._send_frame(connection, sub, frame)
             elif fresh:
                 await self._send(connection, feed, sub, fresh)
+        # Framework frames that arrived meanwhile, in order, before any live one.
+        while sub.framework_pending:
+            try:
+                await self._write(connection, sub.framework_pending.pop(0))
+            except Stalled:
+                raise _Stalled(sub) from None
         sub.live = True
         return None
 
