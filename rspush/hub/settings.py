@@ -32,6 +32,10 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_KEEPALIVE_TIMEOUT_S = 5
 DEFAULT_MAX_CONNECTIONS = 1000
 
+DEFAULT_GZIP_LEVEL = 1
+DEFAULT_GZIP_IMMUTABLE_LEVEL = 6
+DEFAULT_GZIP_CACHE_BYTES = 64 * 1024 * 1024
+
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -141,6 +145,19 @@ class Push(BaseModel):
     caps the kernel memory a stalled client holds and makes it a slow consumer sooner."""
 
 
+class Compression(BaseModel):
+    """gzip for the pull documents (docs/hub.md, Compression)."""
+
+    enabled: bool = True
+    """Send documents gzipped to clients whose ``Accept-Encoding`` asks for it."""
+    level: int = Field(DEFAULT_GZIP_LEVEL, ge=1, le=9)
+    """zlib level of documents that change (compressed once per version)."""
+    immutable_level: int = Field(DEFAULT_GZIP_IMMUTABLE_LEVEL, ge=1, le=9)
+    """zlib level of closed Change Lists (compressed once, served for ever)."""
+    cache_bytes: int = Field(DEFAULT_GZIP_CACHE_BYTES, ge=0)
+    """Gzipped bytes kept in memory per hub process (least recently used dropped first)."""
+
+
 class Limits(BaseModel):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_entries_per_request: int = Field(DEFAULT_MAX_ENTRIES_PER_REQUEST, ge=1)
@@ -177,6 +194,7 @@ class Settings(BaseSettings):
     subscribers: list[Subscriber] = []
     limits: Limits = Limits()
     push: Push = Push()
+    compression: Compression = Compression()
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("rspush-data")
