@@ -377,7 +377,10 @@ class Agent:
             await self.baseline(rebaseline=True)
             return
         try:
-            with contextlib.closing(self.reporter.phase("catch-up", None)) as phase:
+            with (
+                contextlib.closing(self.reporter.phase("catch-up", None)) as phase,
+                mirror.states_in_memory(),
+            ):
                 changes = parts.lists.since(since, Channel.ARCHIVE)
                 async for batch in self._batches(changes):
                     await mirror.apply_batch(batch)

@@ -13,9 +13,10 @@ supersede a queued one, the verification and the checkpoint write share one lock
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -41,6 +42,8 @@ DEFAULT_WINDOW = 2048
 BATCH_CHANGES = DEFAULT_WINDOW
 """Changes of the lists applied as one run (:meth:`Mirror.apply_batch`) at most: the
 catch-up's look-ahead (as the window is :meth:`Mirror.submit`'s) and its commit size."""
+KNOWN_STATES = 200_000
+"""Resource rows a catch-up keeps in memory at most (a few hundred bytes each)."""
 _BATCH_MAX = 1000
 """Records per commit at most (a long burst still commits regularly)."""
 _FLUSH_EVERY = 500
@@ -122,6 +125,8 @@ class Mirror:
         """Tasks submitted and not yet ended: idle at zero."""
         self._abandoning = False
         self._applied_text: tuple[datetime | None, str] = (None, "")
+        self._known: dict[str, ResourceState | None] | None = None
+        """Resource rows by URI while :meth:`states_in_memory` lasts (None: no row)."""
         self._transfers: set[asyncio.Future[Fetched]] = set()
         """Downloads running now (:meth:`cancel_transfers` cuts them short)."""
 
@@ -207,7 +212,7 @@ class Mirror:
         try:
             superseded = _superseded_in(kept)
             todo = [i for i, gone in enumerate(superseded) if not gone]
-            stored = self.checkpoint.resources_of({kept[i].uri for i in todo})
+            stored = self._stored({kept[i].uri for i in todo})
             results: list[tuple[ResourceState | None, Failed | None] | None] = [None] * len(kept)
             pending = iter(todo)
 
@@ -237,6 +242,32 @@ class Mirror:
             if self._live == 0:
                 self._idle.set()
 
+    def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
+        """The checkpoint rows of ``uris`` (absent: no row), from memory where a catch-up
+        keeps them (:meth:`states_in_memory`)."""
+        if self._known is None:
+            return self.checkpoint.resources_of(uris)
+        missing = [uri for uri in uris if uri not in self._known]
+        if missing:
+            if len(self._known) + len(missing) > KNOWN_STATES:
+                self._known.clear()
+                missing = list(uris)
+            read = self.checkpoint.resources_of(missing)
+            for uri in missing:
+                self._known[uri] = read.get(uri)
+        return {uri: state for uri in uris if (state := self._known[uri]) is not None}
+
+    @contextlib.contextmanager
+    def states_in_memory(self) -> Iterator[None]:
+        """While it lasts, :meth:`apply_batch` keeps the resource rows it read or wrote in
+        memory (at most :data:`KNOWN_STATES`), so a long catch-up reads each URI's row once.
+        Every other write of a row (a retry, a pushed change) drops it from memory."""
+        self._known = {}
+        try:
+            yield
+        finally:
+            self._known = None
+
     def _record_batch(
         self,
         kept: list[ResourceChange],
@@ -248,7 +279,7 @@ class Mirror:
         now = self.clock()
         applied: list[tuple[ResourceChange, ResourceState]] = []
         reports: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
-        moved = False
+        done: list[int] = []
         self.checkpoint.begin_batch()
         for change, seq, gone, result in zip(kept, seqs, superseded, results, strict=True):
             if gone:
@@ -267,8 +298,14 @@ class Mirror:
                     applied.append((change, state))
                     self.stats["applied"] += 1
                     reports.append((change, "applied", now, {}))
-            moved = self._tracker.finished(seq) or moved
+            done.append(seq)
+        moved = self._tracker.finished_many(done)
         self.checkpoint.record_many(applied)
+        if self._known is not None:
+            if len(self._known) + len(applied) > KNOWN_STATES:
+                self._known.clear()  # bounded: rows are read again from the checkpoint
+            for change, state in applied:
+                self._known[change.uri] = state
         if moved and not self._held():
             self.checkpoint.set_watermark(self.watermark, now=now)
             self._dirty = 0
@@ -496,6 +533,8 @@ class Mirror:
     ) -> None:
         moved = self._tracker.finished(seq) and not self._held()
         watermark = self.watermark if moved else None
+        if self._known is not None:
+            self._known.pop(change.uri, None)  # written here, not by a run
         now = self.clock()
         if (failed is not None or state is not None) and not self.checkpoint.in_batch:
             # Group commit: everything finishing in this event-loop pass, one COMMIT.

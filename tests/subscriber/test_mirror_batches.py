@@ -207,3 +207,22 @@ async def test_a_run_with_no_listener_still_records_everything(
     rows, mark = committed(checkpoint.path)
     assert len(rows) == 49 and mark == us(49)
     assert mirror.watermark == Watermark(None, None, T0 + timedelta(minutes=49))
+
+
+async def test_rows_kept_in_memory_follow_every_write(
+    make_mirror: Callable[..., Mirror], applier: RecordingApplier, checkpoint: Checkpoint
+) -> None:
+    """During a catch-up the rows stay in memory; a change applied another way (a pushed
+    one) must not be undone by a later run holding a stale row."""
+    mirror = make_mirror()
+    with mirror.states_in_memory():
+        await mirror.apply_batch([listed("a", 1), listed("b", 2)])
+        pushed = change("a", 10)
+        await mirror.submit(pushed)
+        await mirror.drain()
+        applier.calls.clear()
+        await mirror.apply_batch([listed("a", 5), listed("b", 6)])
+        assert [c.uri for c, _, _ in applier.calls] == [listed("b", 6).uri]
+        assert mirror.stats["skip-older"] == 1
+    held = checkpoint.resource(pushed.uri)
+    assert held is not None and held.time == pushed.time
