@@ -31,6 +31,7 @@ from .decide import Decision, ResourceState, decide
 from .errors import SubscriberError, SupersededError
 from .fetch import Fetched, Fetcher
 from .filters import ChangeFilter
+from .gcpause import gc_paused
 from .mapping import UriMap
 from .watermark import NO_WATERMARK, Watermark, WatermarkTracker
 
@@ -233,7 +234,8 @@ class Mirror:
                 await worker()
             elif workers:
                 await asyncio.gather(*(worker() for _ in range(workers)))
-            self._record_batch(kept, seqs, superseded, results)
+            with gc_paused():  # synchronous, acyclic rows and records (.gcpause)
+                self._record_batch(kept, seqs, superseded, results)
         finally:
             for change in kept:
                 if self._lanes.get(change.uri) is me:
