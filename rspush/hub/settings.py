@@ -35,6 +35,10 @@ DEFAULT_FRAMEWORK_RESOURCELIST_INTERVAL_S = 60.0
 DEFAULT_FRAMEWORK_MAX_EVENTS = 10_000
 DEFAULT_FRAMEWORK_PUSH_INTERVAL_S = 0.25
 
+DEFAULT_GZIP_LEVEL = 1
+DEFAULT_GZIP_IMMUTABLE_LEVEL = 6
+DEFAULT_GZIP_CACHE_BYTES = 64 * 1024 * 1024
+
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -163,6 +167,19 @@ class Framework(BaseModel):
     single server one blocking read waits for them instead."""
 
 
+class Compression(BaseModel):
+    """gzip for the pull documents (docs/hub.md, Compression)."""
+
+    enabled: bool = True
+    """Send documents gzipped to clients whose ``Accept-Encoding`` asks for it."""
+    level: int = Field(DEFAULT_GZIP_LEVEL, ge=1, le=9)
+    """zlib level of documents that change (compressed once per version)."""
+    immutable_level: int = Field(DEFAULT_GZIP_IMMUTABLE_LEVEL, ge=1, le=9)
+    """zlib level of closed Change Lists (compressed once, served for ever)."""
+    cache_bytes: int = Field(DEFAULT_GZIP_CACHE_BYTES, ge=0)
+    """Gzipped bytes kept in memory per hub process (least recently used dropped first)."""
+
+
 class Limits(BaseModel):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_entries_per_request: int = Field(DEFAULT_MAX_ENTRIES_PER_REQUEST, ge=1)
@@ -200,6 +217,7 @@ class Settings(BaseSettings):
     limits: Limits = Limits()
     push: Push = Push()
     framework: Framework = Framework()
+    compression: Compression = Compression()
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("rspush-data")

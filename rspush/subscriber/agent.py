@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
@@ -50,7 +50,7 @@ from .changes import ChangeType, Channel, Outcome, ResourceChange, from_push
 from .config import USER_AGENT, AgentConfig
 from .discovery import TopicEndpoints
 from .errors import SourceError
-from .mirror import EventSink, Mirror
+from .mirror import BATCH_CHANGES, EventSink, Mirror
 from .progress import LogReporter, Reporter
 from .push import (
     Change,
@@ -409,15 +409,32 @@ class Agent:
             await self.baseline(rebaseline=True)
             return
         try:
-            with contextlib.closing(self.reporter.phase("catch-up", None)) as phase:
-                async for change in parts.lists.since(since, Channel.ARCHIVE):
-                    if self.stopping:
-                        break
-                    await mirror.submit(change)
-                    phase.advance()
+            with (
+                contextlib.closing(self.reporter.phase("catch-up", None)) as phase,
+                mirror.states_in_memory(),
+            ):
+                changes = parts.lists.since(since, Channel.ARCHIVE)
+                async for batch in self._batches(changes):
+                    await mirror.apply_batch(batch)
+                    phase.advance(len(batch))
                 await mirror.drain()
         except ArchiveTooShortError as exc:
             await self._archive_too_short(exc)
+
+    async def _batches(
+        self, changes: AsyncIterator[ResourceChange]
+    ) -> AsyncIterator[list[ResourceChange]]:
+        """``changes`` in runs of up to :data:`BATCH_CHANGES`, until stopping."""
+        batch: list[ResourceChange] = []
+        async for change in changes:
+            if self.stopping:
+                return
+            batch.append(change)
+            if len(batch) >= BATCH_CHANGES:
+                yield batch
+                batch = []
+        if batch and not self.stopping:
+            yield batch
 
     async def _archive_too_short(self, exc: ArchiveTooShortError) -> None:
         """Rebaseline — unless we just did and the Source's lists still start after its
@@ -471,10 +488,8 @@ class Agent:
         since = mirror.watermark.last_time
         if since is None:
             return
-        async for change in parts.lists.readable(since, Channel.POLL):
-            if self.stopping:
-                break
-            await mirror.submit(change)
+        async for batch in self._batches(parts.lists.readable(since, Channel.POLL)):
+            await mirror.apply_batch(batch)
         await mirror.drain()
 
     async def _poll_for(self, seconds: float | None) -> None:

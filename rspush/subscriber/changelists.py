@@ -24,6 +24,7 @@ from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .changes import ChangeType, Channel, ResourceChange, from_entry
 from .errors import SourceError
+from .gcpause import gc_paused
 from .reader import DocumentReader
 
 MAX_ARCHIVE_PARTS = 1000
@@ -202,7 +203,8 @@ class ChangeLists:
     def _changes(
         self, document: Document, moment: datetime | None, channel: Channel
     ) -> list[ResourceChange]:
-        changes, unplaced = dated_changes(document, channel)
+        with gc_paused():  # tens of thousands of acyclic objects (.gcpause)
+            changes, unplaced = dated_changes(document, channel)
         for entry in unplaced:
             if self.on_unplaced is None:
                 raise SourceError(entry.reason)

@@ -92,7 +92,7 @@ def from_entry(
     """A Resource List entry (no ``change``: it is the resource's current state, applied as
     ``created``) or a Change List entry. None when the entry has no usable time."""
     md = entry.md
-    change = ChangeType(md.change) if md is not None and md.change in _CHANGES else None
+    change = None if md is None else _CHANGES.get(md.change)  # a dict: no Enum() per entry
     if change is None:
         if md is not None and md.change is not None:
             return None  # a change type we do not know: never guess
@@ -135,4 +135,4 @@ def from_push(data: dict[str, Any], *, epoch: str) -> ResourceChange:
     )
 
 
-_CHANGES = frozenset(c.value for c in ChangeType)
+_CHANGES: dict[str | None, ChangeType] = {c.value: c for c in ChangeType}

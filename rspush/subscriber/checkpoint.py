@@ -18,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS failures (
     tries INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (source, topic, uri)) WITHOUT ROWID;
 """
+
+_IN_CHUNK = 500
+"""URIs per ``IN (...)`` query (SQLite allows 32,766 parameters since 3.32; older, 999)."""
 
 # Columns added to the failures table after its first version (state files made before).
 _FAILURE_COLUMNS = {
@@ -149,6 +152,21 @@ class Checkpoint:
             return None
         return ResourceState(uri, from_us(row[0]), row[1], row[2], row[3], row[4])
 
+    def resources_of(self, uris: Iterable[str]) -> dict[str, ResourceState]:
+        """The rows of ``uris`` that exist, by URI: one query per :data:`_IN_CHUNK` URIs."""
+        wanted = list(uris)
+        found: dict[str, ResourceState] = {}
+        for start in range(0, len(wanted), _IN_CHUNK):
+            chunk = wanted[start : start + _IN_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for uri, time_us, change, length, hash_, path in self._db.execute(
+                "SELECT uri, time_us, change, length, hash, path FROM resources "
+                f"WHERE source = ? AND topic = ? AND uri IN ({marks})",
+                (self.source, self.topic, *chunk),
+            ):
+                found[uri] = ResourceState(uri, from_us(time_us), change, length, hash_, path)
+        return found
+
     def resources(self) -> Iterator[ResourceState]:
         """Every resource the mirror holds (tombstones left out), by URI."""
         for uri, time_us, change, length, hash_, path in self._db.execute(
@@ -202,6 +220,44 @@ class Checkpoint:
                 )
             if watermark is not None:
                 self._set_watermark(watermark, now)
+
+    def record_many(self, applied: Sequence[tuple[ResourceChange, ResourceState]]) -> None:
+        """:meth:`record` of many changes (no watermark), in one transaction: each
+        resource's new state, its failure rows up to the change cleared."""
+        if not applied:
+            return
+        with self._transaction():
+            self._db.executemany(
+                "INSERT OR REPLACE INTO resources VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        self.source,
+                        self.topic,
+                        s.uri,
+                        to_us(s.time),
+                        s.change,
+                        s.length,
+                        s.hash,
+                        s.path,
+                    )
+                    for _, s in applied
+                ],
+            )
+            if self._has_failures():
+                self._db.executemany(
+                    "DELETE FROM failures WHERE source = ? AND topic = ? AND uri = ? "
+                    "AND time_us <= ?",
+                    [(self.source, self.topic, c.uri, to_us(c.time)) for c, _ in applied],
+                )
+
+    def _has_failures(self) -> bool:
+        return (
+            self._db.execute(
+                "SELECT 1 FROM failures WHERE source = ? AND topic = ? LIMIT 1",
+                (self.source, self.topic),
+            ).fetchone()
+            is not None
+        )
 
     def record_failure(
         self,

@@ -5,6 +5,13 @@ is handed on only when its length and every computable hash match (hex or base64
 alike). A mismatch is retried — the Source may have been caught mid-update — and then
 reported; a mismatching file is deleted, never renamed into the mirror.
 
+Content codings: the agent asks for ``gzip`` (RFC 9110 §12.5.3) and the HTTP client removes
+it, so the length cap, the announced ``length`` and every hash apply to the decoded bytes —
+the resource's own bitstream, which is what is written to the mirror. ResourceSync 1.1 §7
+describes ``hash`` and ``length`` as those of the representation the URI returns, and names
+any coding in a separate ``encoding`` attribute; a Source that gzips on the fly because a
+client asked does so per request, so what it announces is the uncoded resource.
+
 Every transfer has a deadline (:mod:`rspush.subscriber.deadlines`): a server that trickles is
 cut off, the change fails with a timeout reason (retried later, not at once). Redirects are
 followed here, hop by hop, only where :mod:`rspush.subscriber.redirects` allows.
@@ -60,6 +67,17 @@ def check(change: ResourceChange, length: int, digests: dict[str, bytes]) -> str
         if not value.matches_digest(digests[name]):
             return f"{value.algorithm} digest {digests[name].hex()} != announced {value.digest}"
     return None
+
+
+def _too_large(max_bytes: int, reply: httpx.Response) -> str:
+    coding = reply.headers.get("content-encoding", "identity").strip().lower()
+    if coding in ("", "identity"):
+        return f"larger than the {max_bytes}-byte limit"
+    # The cap is on the decoded bytes: a small coded body cannot expand past it.
+    return (
+        f"larger than the {max_bytes}-byte limit once its Content-Encoding ({coding}) is "
+        "decoded (a decompression bomb?)"
+    )
 
 
 def clear_temp(temp_dir: Path) -> int:
@@ -138,7 +156,7 @@ class Fetcher:
                             if length > self.max_bytes:
                                 raise FetchError(
                                     change.uri,
-                                    f"larger than the {self.max_bytes}-byte limit",
+                                    _too_large(self.max_bytes, reply),
                                     transient=False,
                                 )
                             for hasher in hashers.values():

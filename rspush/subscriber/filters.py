@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from .changes import ResourceChange
 
@@ -45,7 +46,7 @@ class ChangeFilter:
             profile,
         )
 
-    @property
+    @cached_property
     def active(self) -> bool:
         return bool(
             self.include or self.exclude or self.collection or self.describedby or self.profile
@@ -59,6 +60,8 @@ class ChangeFilter:
         ``--describedby``: a ``describedby`` link whose href starts with that URI (resources
         that have a metadata record there); ``--profile``: a metadata record in that format.
         """
+        if not self.active:
+            return True  # no filter: every change (and no generator per change to say so)
         if not self.wants_uri(change.uri):
             return False
         links = change.links

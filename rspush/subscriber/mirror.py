@@ -13,9 +13,10 @@ supersede a queued one, the verification and the checkpoint write share one lock
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -30,6 +31,7 @@ from .decide import Decision, ResourceState, decide
 from .errors import SubscriberError, SupersededError
 from .fetch import Fetched, Fetcher
 from .filters import ChangeFilter
+from .gcpause import gc_paused
 from .mapping import UriMap
 from .watermark import NO_WATERMARK, Watermark, WatermarkTracker
 
@@ -38,6 +40,11 @@ log = logging.getLogger("rs_subscribe")
 DEFAULT_CONCURRENCY = 8
 DEFAULT_WINDOW = 2048
 """Changes queued ahead of the ones applying (tasks waiting for a slot: cheap)."""
+BATCH_CHANGES = DEFAULT_WINDOW
+"""Changes of the lists applied as one run (:meth:`Mirror.apply_batch`) at most: the
+catch-up's look-ahead (as the window is :meth:`Mirror.submit`'s) and its commit size."""
+KNOWN_STATES = 200_000
+"""Resource rows a catch-up keeps in memory at most (a few hundred bytes each)."""
 _BATCH_MAX = 1000
 """Records per commit at most (a long burst still commits regularly)."""
 _FLUSH_EVERY = 500
@@ -52,6 +59,13 @@ def _now() -> datetime:
 
 def _never() -> bool:
     return False
+
+
+class _Unread:
+    """The checkpoint row of a resource not read yet (``None`` means: read, no row)."""
+
+
+_UNREAD = _Unread()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +110,7 @@ class Mirror:
         state = checkpoint.state()
         self._tracker = WatermarkTracker(state.watermark if state is not None else NO_WATERMARK)
         self._held = watermark_held
+        self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self._window = asyncio.Semaphore(max(window, concurrency))
         self._lanes: dict[str, asyncio.Task[None]] = {}
@@ -110,6 +125,9 @@ class Mirror:
         self._live = 0
         """Tasks submitted and not yet ended: idle at zero."""
         self._abandoning = False
+        self._applied_text: tuple[datetime | None, str] = (None, "")
+        self._known: dict[str, ResourceState | None] | None = None
+        """Resource rows by URI while :meth:`states_in_memory` lasts (None: no row)."""
         self._transfers: set[asyncio.Future[Fetched]] = set()
         """Downloads running now (:meth:`cancel_transfers` cuts them short)."""
 
@@ -155,6 +173,149 @@ class Mirror:
         watermark."""
         await self._idle.wait()
         self.flush()
+
+    async def apply_batch(self, changes: Sequence[ResourceChange]) -> None:
+        """Apply a run of changes read from the Source's lists (catch-up), in stream order,
+        and return once each is finished and committed (or abandoned by stopping).
+
+        What :meth:`submit` does one task per change for, done once for the run: a change
+        with a newer one of its URI later in the run is superseded (the whole run is the
+        look-ahead); the checkpoint rows of the run's URIs are read in one query; the rest
+        are applied by ``concurrency`` workers; their records and the watermark they move
+        are written in one transaction (``executemany``). The watermark only passes the
+        run's changes in that transaction, so a crash before it loses the run's records and
+        the watermark alike: the run comes again, as with any uncommitted record
+        (docs/reliability.md)."""
+        if not changes:
+            return
+        batch = asyncio.create_task(self._batch(list(changes)), name="apply a batch")
+        try:
+            await asyncio.shield(batch)
+        except asyncio.CancelledError:
+            batch.cancel()
+            await asyncio.wait([batch])
+            raise
+
+    async def _batch(self, changes: list[ResourceChange]) -> None:
+        kept = [c for c in changes if _storable(c.uri)]
+        if len(kept) < len(changes):
+            self.stats["refused"] += len(changes) - len(kept)
+            log.warning("refused %d changes: not valid Unicode URIs", len(changes) - len(kept))
+        me = asyncio.current_task()
+        assert me is not None
+        # Changes of a URI already applying (a retry) finish first: one writer per file.
+        earlier = {c.uri: t for c in kept if (t := self._lanes.get(c.uri)) is not None}
+        seqs = [self._tracker.submitted(c) for c in kept]
+        self._live += 1
+        self._idle.clear()
+        for change in kept:
+            self._lanes[change.uri] = me
+        try:
+            superseded = _superseded_in(kept)
+            todo = [i for i, gone in enumerate(superseded) if not gone]
+            stored = self._stored({kept[i].uri for i in todo})
+            results: list[tuple[ResourceState | None, Failed | None] | None] = [None] * len(kept)
+            pending = iter(todo)
+
+            async def worker() -> None:
+                for i in pending:
+                    if self._abandoning:
+                        return  # never finished: the watermark cannot pass it
+                    change = kept[i]
+                    row: ResourceState | None | _Unread = stored.get(change.uri)
+                    lane = earlier.get(change.uri)
+                    if lane is not None:
+                        await asyncio.wait([lane])
+                        row = _UNREAD  # what that change left, read now
+                    results[i] = await self._apply(change, None, _never, row)
+
+            workers = min(self._concurrency, len(todo))
+            if workers == 1:
+                await worker()
+            elif workers:
+                await asyncio.gather(*(worker() for _ in range(workers)))
+            with gc_paused():  # synchronous, acyclic rows and records (.gcpause)
+                self._record_batch(kept, seqs, superseded, results)
+        finally:
+            for change in kept:
+                if self._lanes.get(change.uri) is me:
+                    del self._lanes[change.uri]
+            self._live -= 1
+            if self._live == 0:
+                self._idle.set()
+
+    def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
+        """The checkpoint rows of ``uris`` (absent: no row), from memory where a catch-up
+        keeps them (:meth:`states_in_memory`)."""
+        if self._known is None:
+            return self.checkpoint.resources_of(uris)
+        missing = [uri for uri in uris if uri not in self._known]
+        if missing:
+            if len(self._known) + len(missing) > KNOWN_STATES:
+                self._known.clear()
+                missing = list(uris)
+            read = self.checkpoint.resources_of(missing)
+            for uri in missing:
+                self._known[uri] = read.get(uri)
+        return {uri: state for uri in uris if (state := self._known[uri]) is not None}
+
+    @contextlib.contextmanager
+    def states_in_memory(self) -> Iterator[None]:
+        """While it lasts, :meth:`apply_batch` keeps the resource rows it read or wrote in
+        memory (at most :data:`KNOWN_STATES`), so a long catch-up reads each URI's row once.
+        Every other write of a row (a retry, a pushed change) drops it from memory."""
+        self._known = {}
+        try:
+            yield
+        finally:
+            self._known = None
+
+    def _record_batch(
+        self,
+        kept: list[ResourceChange],
+        seqs: list[int],
+        superseded: list[bool],
+        results: list[tuple[ResourceState | None, Failed | None] | None],
+    ) -> None:
+        """One transaction: every finished change's record, then the watermark."""
+        now = self.clock()
+        applied: list[tuple[ResourceChange, ResourceState]] = []
+        reports: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
+        done: list[int] = []
+        self.checkpoint.begin_batch()
+        for change, seq, gone, result in zip(kept, seqs, superseded, results, strict=True):
+            if gone:
+                self.stats["superseded"] += 1
+            elif result is None:
+                continue  # abandoned: never finished
+            else:
+                state, failed = result
+                if failed is not None:
+                    log.warning("%s", failed.reason)
+                    self.checkpoint.record_failure(
+                        change, failed.reason, None, now=now, retryable=failed.retryable
+                    )
+                    reports.append((change, "failed", now, {"reason": failed.reason}))
+                elif state is not None:
+                    applied.append((change, state))
+                    self.stats["applied"] += 1
+                    reports.append((change, "applied", now, {}))
+            done.append(seq)
+        moved = self._tracker.finished_many(done)
+        self.checkpoint.record_many(applied)
+        if self._known is not None:
+            if len(self._known) + len(applied) > KNOWN_STATES:
+                self._known.clear()  # bounded: rows are read again from the checkpoint
+            for change, state in applied:
+                self._known[change.uri] = state
+        if moved and not self._held():
+            self.checkpoint.set_watermark(self.watermark, now=now)
+            self._dirty = 0
+        elif moved:
+            self._dirty += 1
+        if self._listened:
+            self._unreported.extend(reports)
+        self.commit()
 
     def note_epoch(self, epoch: str | None) -> None:
         """The hub named the stream's epoch (:meth:`WatermarkTracker.note_epoch`)."""
@@ -272,11 +433,16 @@ class Mirror:
         return check
 
     async def _apply(
-        self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
+        self,
+        change: ResourceChange,
+        content: Fetched | None,
+        superseded: Callable[[], bool],
+        stored: ResourceState | None | _Unread = _UNREAD,
     ) -> tuple[ResourceState | None, Failed | None]:
-        """(new resource state or None, why it failed or None)."""
+        """(new resource state or None, why it failed or None). ``stored``: the resource's
+        checkpoint row when the caller read it already (a batch reads them all at once)."""
         try:
-            return await self._decide_and_apply(change, content, superseded)
+            return await self._decide_and_apply(change, content, superseded, stored)
         except Exception as exc:  # noqa: BLE001 - one bad change must not stall the rest
             # Whatever an applier (or a hostile URI) raises becomes a reported failure: the
             # change's sequence number must finish, or the watermark stops for good.
@@ -288,9 +454,14 @@ class Mirror:
                 content.path.unlink(missing_ok=True)
 
     async def _decide_and_apply(
-        self, change: ResourceChange, content: Fetched | None, superseded: Callable[[], bool]
+        self,
+        change: ResourceChange,
+        content: Fetched | None,
+        superseded: Callable[[], bool],
+        stored: ResourceState | None | _Unread = _UNREAD,
     ) -> tuple[ResourceState | None, Failed | None]:
-        stored = self.checkpoint.resource(change.uri)
+        if isinstance(stored, _Unread):
+            stored = self.checkpoint.resource(change.uri)
         held = stored is not None and stored.change != ChangeType.DELETED
         # A deletion of something we hold is applied even if its entry lacks the links the
         # filter looks for (Change List entries for deletions often carry none).
@@ -364,6 +535,8 @@ class Mirror:
     ) -> None:
         moved = self._tracker.finished(seq) and not self._held()
         watermark = self.watermark if moved else None
+        if self._known is not None:
+            self._known.pop(change.uri, None)  # written here, not by a run
         now = self.clock()
         if (failed is not None or state is not None) and not self.checkpoint.in_batch:
             # Group commit: everything finishing in this event-loop pass, one COMMIT.
@@ -395,8 +568,13 @@ class Mirror:
         for args in pending:
             self._report(*args)
 
+    @property
+    def _listened(self) -> bool:
+        return self.events is not None or self.on_outcome is not None
+
     def _emit(self, change: ResourceChange, event: str, now: datetime, **extra: Any) -> None:
-        self._unreported.append((change, event, now, extra))
+        if self._listened:  # else no event is built (its JSON formats times and hashes)
+            self._unreported.append((change, event, now, extra))
         self._batched += 1
         if self._batched >= _BATCH_MAX:
             self.commit()
@@ -408,15 +586,33 @@ class Mirror:
             self.on_outcome(Outcome(change, event, now, extra.get("reason")))
         if self.events is None:
             return
-        self.events(
-            {"event": event}
-            | {k: v for k, v in change.as_json().items() if k in _EVENT_FIELDS}
-            | {"applied": format_w3c_datetime(now)}
-            | extra
-        )
+        # Only the fields an event carries (not the whole change: its hash text, length...).
+        data: dict[str, Any] = {
+            "event": event,
+            "uri": change.uri,
+            "change": str(change.change),
+            "time": format_w3c_datetime(change.time),
+            "channel": str(change.channel),
+        }
+        if change.position is not None:
+            data["position"] = change.position
+        if self._applied_text[0] != now:  # a batch reports many outcomes at one moment
+            self._applied_text = (now, format_w3c_datetime(now))
+        data["applied"] = self._applied_text[1]
+        self.events(data | extra)
 
 
-_EVENT_FIELDS = ("uri", "change", "time", "position", "channel")
+def _superseded_in(changes: list[ResourceChange]) -> list[bool]:
+    """For each change: is another change of its URI in the run the one that defines the
+    resource's state — a later one at the same time or after, or any at a later time (an
+    older change arriving after a newer one is skipped as decide() would skip it)? So each
+    URI is applied at most once per run, from one checkpoint row read before it."""
+    best: dict[str, int] = {}
+    for i, change in enumerate(changes):
+        j = best.get(change.uri)
+        if j is None or change.time >= changes[j].time:
+            best[change.uri] = i
+    return [best[c.uri] != i for i, c in enumerate(changes)]
 
 
 def _storable(uri: str) -> bool:

@@ -11,6 +11,7 @@ mirror writes what it reports to the checkpoint.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -54,7 +55,17 @@ class WatermarkTracker:
         """The change numbered ``seq`` is done (applied, skipped, failed or superseded —
         whatever became of it); True when the watermark moved."""
         self._done.add(seq)
+        return self._advance()
+
+    def finished_many(self, seqs: Iterable[int]) -> bool:
+        """:meth:`finished` of several changes at once (a run of them: one new watermark)."""
+        self._done.update(seqs)
+        return self._advance()
+
+    def _advance(self) -> bool:
         moved = False
+        last: ResourceChange | None = None
+        latest = self.watermark.last_time
         while self._order and self._order[0] in self._done:
             first = self._order.popleft()
             self._done.discard(first)
@@ -64,11 +75,12 @@ class WatermarkTracker:
                 continue  # the prefix advanced; where the stream stands did not
             if change.epoch is not None:
                 self.epoch = change.epoch
-            self.watermark = Watermark(
-                self.epoch,
-                change.position,  # None for polled/archived changes: resume by time then
-                max(change.time, self.watermark.last_time or change.time),
-            )
+            last = change
+            if latest is None or change.time > latest:
+                latest = change.time  # never back in time
+        if last is not None:
+            # position: None for polled/archived changes: resume by time then.
+            self.watermark = Watermark(self.epoch, last.position, latest)
         return moved
 
     def note_epoch(self, epoch: str | None) -> bool:
