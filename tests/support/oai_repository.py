@@ -115,6 +115,7 @@ def running_repository(
     tmp: Path, *, granularity: str = "seconds", batch: int = 7, deleted: str = "persistent"
 ) -> Iterator[OaiRepository]:
     """A repository process on 127.0.0.1 (a free port), stopped on exit."""
+    tmp.mkdir(parents=True, exist_ok=True)
     db = tmp / "repository.sqlite"
     connect(db).close()
     log = tmp / "repository.log"
