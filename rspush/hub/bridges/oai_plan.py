@@ -166,26 +166,24 @@ def changes(
     """The page's records as changes in forward time order, and the new floor.
 
     A record's change type is left to the runner (created or updated, from the topic's
-    state) but for deleted records (§2.5.1: ``status="deleted"``). The models are built
-    without pydantic's validation (every value here is already typed and UTC); the hub
-    validates the whole step against the spec's rules before it appends it."""
+    state) but for deleted records (§2.5.1: ``status="deleted"``)."""
     entries: list[Entry] = []
-    described = (Link.model_construct(rel="describedby", href=namespace),) if namespace else ()
+    described = (Link(rel="describedby", href=namespace),) if namespace else ()
     for header in sorted(headers, key=lambda h: h.datestamp):
         floor_us = forward_time(header.datestamp, floor_us, now)
         when = from_us(floor_us)
         loc = record_uri(base_url, header.identifier, lane.prefix)
         if header.deleted:
-            md = Metadata.model_construct(change=Change.DELETED, datetime=when)
-            entries.append(Entry.model_construct(loc=loc, md=md))
+            md = Metadata(change=Change.DELETED, datetime=when)
+            entries.append(Entry(loc=loc, md=md))
             continue
         links = described + tuple(
-            Link.model_construct(rel="collection", href=set_uri(base_url, spec, lane.prefix))
+            Link(rel="collection", href=set_uri(base_url, spec, lane.prefix))
             for spec in header.sets
         )
         extra = {} if header.digest is None else {DIGEST_ATTRIBUTE: f"sha256:{header.digest}"}
-        md = Metadata.model_construct(datetime=when, extra=extra)
-        entries.append(Entry.model_construct(loc=loc, lastmod=header.datestamp, md=md, links=links))
+        md = Metadata(datetime=when, extra=extra)
+        entries.append(Entry(loc=loc, lastmod=header.datestamp, md=md, links=links))
     return entries, floor_us
 
 
