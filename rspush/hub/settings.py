@@ -202,8 +202,9 @@ class BridgeConfig(BaseModel):
     sets: list[str] = []
     """oai-pmh: the setSpecs to bridge; default: the whole repository."""
     full_list_interval_s: float = Field(DEFAULT_OAI_FULL_LIST_INTERVAL_S, gt=0)
-    """oai-pmh, repositories that keep no (or only transient) deletion records: how often a
-    full identifier listing looks for records that disappeared."""
+    """oai-pmh: how often a full identifier listing looks for records that disappeared
+    (deleted by a repository that keeps no, or only transient, deletion records; or lost by
+    one that says it keeps them, reported as a regression)."""
 
     @field_validator("url")
     @classmethod

@@ -156,3 +156,18 @@ async def test_a_lost_resumption_token_lists_the_window_again(
             await in_step(hub, repo)
             status = (await hub.hub.store.bridge_state("repo")).status
             assert "resumptionToken" in status["last_note"]
+
+
+async def test_records_lost_by_a_persistent_repository_are_reported(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    with running_repository(tmp_path, granularity="seconds", batch=4) as repo:
+        repo.put_many([(f"oai:l:{i}", f"title {i}", ()) for i in range(6)])
+        async with bridged_hub(redis_url, prefix, repo, full_list_interval_s=0.3) as hub:
+            await in_step(hub, repo)
+            # Gone without the deletion record it promised to keep.
+            repo.delete("oai:l:4", keep_record=False)
+            await in_step(hub, repo)
+            status = (await hub.hub.store.bridge_state("repo")).status
+            assert int(status["errors_regression"]) >= 1
+            assert "lost history" in status["last_error"]

@@ -82,6 +82,9 @@ class Checkpoint:
     """``incremental``, or ``full``: listing every identifier to find deleted records."""
     last_full: str | None = None
     """When the last full listing ended (W3C datetime of the repository's responseDate)."""
+    after_full: bool = False
+    """A full listing ended and no incremental window since: the next is incremental, so
+    full listings never starve the harvest of changes."""
     deletes: list[str] = field(default_factory=list)
     """Deletions a full listing found, still to append."""
     formats: dict[str, str] = field(default_factory=dict)

@@ -16,7 +16,9 @@ atomic step; changes page by page keep each step bounded and resumable.)
 Deleted records: a repository with ``deletedRecord`` ``persistent`` lists them with
 ``status="deleted"`` (§2.5.1), which become ``deleted`` changes. One with ``no`` or
 ``transient`` may forget them, so every ``full_list_interval_s`` the bridge lists every
-identifier (no ``from``) and deletes what the topic holds that the listing no longer has.
+identifier (no ``from``) and deletes what the topic holds that the listing no longer has. It
+does so for ``persistent`` repositories too: there, a record gone without a deletion record
+means the repository lost history, reported as a regression (and deleted all the same).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class OaiPmhBridge:
         cp.formats = {p: listed[p] for p in wanted}
 
     def _full_due(self, cp: Checkpoint, now: datetime) -> bool:
-        if self._deleted_record == "persistent" or cp.from_ is None or self.topic_view is None:
+        if cp.from_ is None or self.topic_view is None or cp.after_full:
             return False
         if cp.last_full is None:
             return True
@@ -186,23 +188,33 @@ class OaiPmhBridge:
                 held = await self.topic_view.uris()
                 cp.deletes = sorted(held - self._full_seen)
                 if cp.deletes:
-                    notes.append(
+                    gone = (
                         f"a full listing found {len(cp.deletes)} record(s) gone without a "
                         "deletion record"
                     )
+                    if self._deleted_record == "persistent":
+                        # It promised to keep them (OAI-PMH §2.5.1): it lost history.
+                        regressions.append(
+                            f"{gone}, though the repository says deletedRecord "
+                            "persistent: it lost history"
+                        )
+                    else:
+                        notes.append(gone)
                 self._full_seen = None
                 cp.phase = "incremental"
                 cp.last_full = format_w3c_datetime(now)
+                cp.after_full = True
             else:
                 if cp.from_ is None:
                     cp.last_full = format_w3c_datetime(now)  # a whole-repository listing
                 cp.from_, cp.next_from = cp.next_from, None
+                cp.after_full = False
                 cp.synced, cp.began = cp.began, None
                 self.synced_through = synced_through_of(cp)
         return BridgeStep(
             entries,
             cp.dumps(),
-            more=not done or bool(cp.deletes),
+            more=not done or bool(cp.deletes) or (full and done),
             notes=notes,
             regressions=regressions,
         )

@@ -140,7 +140,10 @@ class BridgeRunner:
         if not await self.store.acquire_bridge_lease(self.topic, self.token, self.lease_ttl_ms):
             return LEASE_POLL_S
         state = await self.store.bridge_state(self.topic)
-        keeper = asyncio.create_task(self._keep_lease(), name=f"rspush-bridge-lease-{self.topic}")
+        stepping = asyncio.Event()
+        keeper = asyncio.create_task(
+            self._keep_lease(stepping), name=f"rspush-bridge-lease-{self.topic}"
+        )
         try:
             step = await self.bridge.step(state.checkpoint)
         except BridgeError as exc:
@@ -150,9 +153,8 @@ class BridgeRunner:
             log.exception("bridge %s: step failed", self.topic)
             return await self._failed("internal", type(exc).__name__, None)
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await keeper
+            stepping.set()
+            await cancel_and_wait(keeper)
         if step is None:
             await self._succeeded(0)
             return self.config.interval_s
@@ -183,11 +185,18 @@ class BridgeRunner:
         await self._succeeded(accepted, notes=step.notes)
         return 0.0 if step.more else self.config.interval_s
 
-    async def _keep_lease(self) -> None:
+    async def _keep_lease(self, done: asyncio.Event) -> None:
         """Renew the lease while a step waits on the remote (which may take the HTTP timeouts,
-        longer than the lease): another process would only redo the step's reading."""
-        while True:
-            await asyncio.sleep(self.lease_ttl_ms / 3000)
+        longer than the lease): another process would only redo the step's reading.
+
+        The flag, not only cancellation, ends it: a cancellation landing inside a redis-py
+        command can come out as a connection error (see :func:`..rotation.cancel_and_wait`)."""
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_ttl_ms / 3000):
+                    await done.wait()
+            if done.is_set():
+                return
             with contextlib.suppress(Exception):
                 await self.store.acquire_bridge_lease(self.topic, self.token, self.lease_ttl_ms)
 
