@@ -4,6 +4,7 @@ the topic's state; the runner backs off after errors and records what it did."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -198,3 +199,32 @@ def test_backoff_grows_with_jitter_and_caps() -> None:
     assert all(d <= 60 for d in delays)
     assert delays[-1] >= 30
     assert backoff_delay(1, initial=1, maximum=60, retry_after_s=120) == 60
+
+
+class Slow:
+    """A bridge whose step outlasts the lease (a slow remote)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.synced_through: datetime | None = None
+
+    async def step(self, checkpoint: str | None) -> BridgeStep | None:
+        await asyncio.sleep(self.seconds)
+        return None
+
+
+async def test_the_lease_is_kept_while_a_step_waits(service: IngestService) -> None:
+    config = service.settings.bridges[0]
+    runner = BridgeRunner(
+        config,
+        service,
+        service.store,
+        service.metrics,
+        lease_ttl_s=0.3,
+        token="slow",
+        bridge=Slow(1.5),
+    )
+    step = asyncio.create_task(runner.round())
+    await asyncio.sleep(0.6)  # twice the lease's lifetime
+    assert not await service.store.acquire_bridge_lease("repo", "other", 300)
+    assert await step == config.interval_s
