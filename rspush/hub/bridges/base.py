@@ -41,9 +41,22 @@ now (HTTP errors, timeouts, unparsable responses); the runner backs off with jit
 remote that went back in time or lost history: reported in the status and metrics, then
 handled as the bridge decides: it may raise it (the step is retried) or return a step that
 copes and lists what happened in ``regressions`` (counted and shown the same way).
-A bridge keeps :attr:`synced_through` (the remote's time through which every change has been
-bridged, when the remote says it; None otherwise) so the runner can report the lag behind
-the remote.
+Any other exception is counted as ``internal`` (logged with its traceback) and retried the
+same way.
+
+Also:
+
+- a step lists at most ``config.max_changes_per_step`` changes (the hub refuses more);
+- a ``baseline`` step is refused (``topic-has-history``, counted as ``rejected``) once the
+  topic has state or changes: a bridge seeds only an empty topic;
+- ``notes`` of a step are logged and shown as the bridge's ``last_note``;
+- a bridge that has an attribute ``topic_view`` gets a :class:`TopicView` (the URIs the topic
+  holds) from the runner before its first step;
+- a bridge keeps :attr:`synced_through` (the remote's time through which every change has been
+  bridged, when the remote says it; None otherwise) so the runner can report the lag behind
+  the remote;
+- ``http.get(url, conditional=True)`` sends the validators of the URL's last ``200`` and
+  returns None for ``304 Not Modified``.
 """
 
 from __future__ import annotations
