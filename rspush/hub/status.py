@@ -293,6 +293,8 @@ def render_html(status: dict[str, Any]) -> str:
     for topic in status["topics"]:
         rows = []
         for field, label in _FIGURES:
+            if field.startswith("bridge.") and topic.get("bridge") is None:
+                continue  # a topic without a bridge has no bridge rows
             value = _field(topic, field)
             rows.append(
                 f'<tr><th scope="row">{_e(label)}</th>'

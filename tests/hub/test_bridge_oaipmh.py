@@ -112,6 +112,8 @@ async def test_seconds_granularity_with_sets_and_deletion_records(
                 assert bridge["changes"] == 52
                 assert bridge["last_success"] is not None
                 assert bridge["lag_s"] is not None
+                page = (await client.get("/status")).text
+                assert "Changes bridged" in page and "Bridge lag (s)" in page
                 metrics = (await client.get("/metrics")).text
                 assert 'rspush_bridge_changes_total{topic="repo"} 52.0' in metrics
 
