@@ -120,10 +120,11 @@ class StaticRepository:
             token = query.get("resumptionToken")
             if token:
                 return _envelope(f"<ListRecords>{self.pages[int(token[1:])]}</ListRecords>")
-            if "from" not in query:
+            if "from" not in query and self.pages:
                 return _envelope(f"<ListRecords>{self.pages[0]}</ListRecords>")
+            since = query.get("from", "")  # no backlog: every live record
             with self.lock:
-                found = [(i, d, t) for i, (d, t) in self.live.items() if d >= query["from"]]
+                found = [(i, d, t) for i, (d, t) in self.live.items() if d >= since]
             if not found:
                 return _envelope('<error code="noRecordsMatch">none</error>')
             return _envelope(f"<ListRecords>{''.join(_record(*r) for r in found)}</ListRecords>")
@@ -213,8 +214,7 @@ async def catch_up_phase(workdir: Path, url: str, records: int) -> dict[str, flo
 
 
 async def latency_phase(workdir: Path, interval_s: float, samples: int) -> dict[str, Any]:
-    repository = StaticRepository(0, 1)
-    repository.pages = ["<resumptionToken></resumptionToken>"]
+    repository = StaticRepository(0, 1)  # no backlog: the records added live
     server, url = repository.serve()
     for i in range(20):
         repository.add(f"oai:live:seed{i}", f"seed {i}")
@@ -307,11 +307,13 @@ async def main() -> None:
     results["backlog_bytes"] = sum(len(p) for p in pages)
     log("parse phase")
     results["parse"] = parse_phase(pages, args.records, args.repeat)
+    log("parse: %s", results["parse"])
     server, url = repository.serve()
     with tempfile.TemporaryDirectory(prefix="bench-bridges-") as tmp:
         log("catch-up phase")
         try:
             results["catch_up"] = await catch_up_phase(Path(tmp), url, args.records)
+            log("catch-up: %s", results["catch_up"])
         finally:
             server.shutdown()
         results["catch_up"]["ratio_to_parse"] = round(
@@ -323,6 +325,7 @@ async def main() -> None:
             workdir = Path(tmp) / f"latency-{interval}"
             workdir.mkdir()
             results["latency"].append(await latency_phase(workdir, interval, args.samples))
+            log("latency: %s", results["latency"][-1])
     results["load_after"] = Path("/proc/loadavg").read_text().split()[:3]
     print(json.dumps(results, indent=2))
     if args.json:
