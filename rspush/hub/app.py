@@ -49,6 +49,7 @@ from rspush.resourcesync.w3cdt import to_us
 
 from .auth import authorise_read, bearer, readable_private_topics, token_matches
 from .bodies import BodyBudget, BodyReader
+from .bridges.runner import Bridges
 from .compressed import GzipCache
 from .documents import DocumentService, Served
 from .errors import (
@@ -154,6 +155,13 @@ class Hub:
             else None
         )
         """Gzipped documents; None when compression is turned off."""
+        self.bridges = Bridges(
+            settings.bridges,
+            self.ingest,
+            self.store,
+            self.metrics,
+            lease_ttl_s=settings.lease_ttl_s,
+        )
         self.rotator = Rotator(
             self.store,
             settings.hub.base_url,
@@ -188,8 +196,10 @@ class Hub:
                 now=datetime.now(UTC),
             )
         self.rotator.start()
+        self.bridges.start()
 
     async def stop(self) -> None:
+        await self.bridges.stop()
         await self.rotator.stop()
 
 
@@ -403,6 +413,7 @@ def build_app(hub: Hub) -> Starlette:
             started_monotonic=hub.started_monotonic,
             now_us=to_us(datetime.now(UTC)),
             push_connections=hub.push_connections,
+            bridges={b.topic: b.kind for b in settings.bridges},
         )
         headers = {"Cache-Control": "no-store", "Vary": "Accept, Authorization"}
         accept = request.headers.get("accept", "")

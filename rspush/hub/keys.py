@@ -16,6 +16,9 @@ Lua scripts that append changes and rotate Change Lists touch several of them at
                                     notification §3: a capability document changed)
     {prefix}:framework:topics       set: the topics the hub last ran with (not per topic)
     {prefix}:framework:description  string: digest of the Source Description last announced
+    {prefix}:{topic}:bridge:lease   string: the token of the process running the topic's bridge
+    {prefix}:{topic}:bridge:checkpoint  string: the bridge's checkpoint (set with its changes)
+    {prefix}:{topic}:bridge:status  hash: the bridge's last success, errors, lag, counters
 """
 
 from __future__ import annotations
@@ -67,6 +70,18 @@ class TopicKeys:
     @property
     def framework(self) -> str:
         return f"{self._base}:framework"
+
+    @property
+    def bridge_lease(self) -> str:
+        return f"{self._base}:bridge:lease"
+
+    @property
+    def bridge_checkpoint(self) -> str:
+        return f"{self._base}:bridge:checkpoint"
+
+    @property
+    def bridge_status(self) -> str:
+        return f"{self._base}:bridge:status"
 
 
 @dataclass(frozen=True, slots=True)
