@@ -386,11 +386,16 @@ _SCHEMA = "Sitemap and ResourceSync XML Schemas"
 def _check_values(doc: Document) -> Iterator[Violation]:
     """The values the XML Schemas constrain: what breaks them makes the document invalid."""
     yield from _check_md_and_links(doc.md, doc.links, None)
+    parsed_missing = {v.entry for v in doc.problems if v.rule == "loc-missing"}
     for index, entry in enumerate(doc.entries):
-        if entry.loc:  # an empty one is loc-missing, reported by the parser
-            problem = loc_problem(entry.loc)
-            if problem is not None:
-                yield _v("loc-uri", problem, _SCHEMA, entry=index)
+        if not entry.loc:
+            # A parsed document has this from the parser already; one built in code does not.
+            if index not in parsed_missing:
+                yield _v("loc-missing", "entry has no <loc> (mandatory)", "Z39.99 §7", entry=index)
+            continue
+        problem = loc_problem(entry.loc)
+        if problem is not None:
+            yield _v("loc-uri", problem, _SCHEMA, entry=index)
         if entry.md is not None or entry.links:
             yield from _check_md_and_links(entry.md, entry.links, index)
 

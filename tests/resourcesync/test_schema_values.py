@@ -82,6 +82,20 @@ def test_loc_the_schema_or_the_spec_refuses_is_an_error_at_its_entry(loc: str) -
     assert errors(change_list(loc, position=2)) == [("loc-uri", 2)]
 
 
+def test_an_empty_loc_built_in_code_is_missing_and_reported_once() -> None:
+    # Parsed documents get loc-missing from the parser; one built in code must get it too
+    # (the schema refuses an empty tLoc), and a parsed one must not get it twice.
+    assert errors(change_list("", position=1)) == [("loc-missing", 1)]
+    parsed = parse_document(
+        b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        b'xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        b'<rs:md capability="changelist" from="2020-01-01T00:00:00Z"/>'
+        b'<url><loc></loc><rs:md change="created" datetime="2020-01-01T00:00:00Z"/></url>'
+        b"</urlset>"
+    )
+    assert [v.rule for v in validate(parsed)].count("loc-missing") == 1
+
+
 @pytest.mark.parametrize(
     "loc",
     [
