@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,16 +119,18 @@ def start_hub(
     limits: Mapping[str, float] | None = None,
     push: Mapping[str, float] | None = None,
     settings: Mapping[str, float] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Hub:
     """Start ``rs-hub serve`` (data under ``workdir/data``) on free ports and wait until it
-    answers ``/readyz`` (30 s at most). See :func:`hub_config` for the rest."""
+    answers ``/readyz`` (30 s at most). ``extra_args`` go to ``rs-hub serve`` as they are
+    (e.g. a process-model option). See :func:`hub_config` for the rest."""
     port, push_port = free_port(), free_port()
     config = workdir / "hub.toml"
     text = hub_config(port, push_port, list(topics), limits=limits, push=push, settings=settings)
     config.write_text(text)
     command = [str(Path(sys.executable).parent / "rs-hub"), "serve", "--config", str(config)]
     process = subprocess.Popen(
-        [*command, "--port", str(port), "--data-dir", str(workdir / "data")],
+        [*command, "--port", str(port), "--data-dir", str(workdir / "data"), *extra_args],
         stdout=subprocess.DEVNULL,
         stderr=(workdir / "hub.log").open("wb"),
         preexec_fn=raise_nofile,
