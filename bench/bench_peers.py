@@ -303,7 +303,7 @@ class Run:
             return await self.publisher.ask(**command)
 
     async def warm_up(self) -> None:
-        messages = 50
+        messages = min(50, self.args.messages)
         await self.clients.connect(self.running, self.system, 10, "warm")
         await self.clients.arm(messages * 10)
         await self.publish(cmd="burst", topic="warm", messages=messages, per=10)

@@ -14,9 +14,11 @@ process, on one event loop. Three figures, each beside a baseline measured in th
    is posted, so no change is ever superseded by a later write and the figures do not depend
    on the poster keeping up. Changes fall due at ``--rate`` per second for ``--seconds``,
    open loop (on schedule whatever the POSTs do); the POSTs go one after the other (the hub
-   takes a topic's change times in forward order only), each with the changes due by then:
-   one per POST while the poster keeps up. A POST's start is its changes' clock start and
-   datetime; how long a change waited for it is reported as the queue delay. Agent latency =
+   takes a topic's change times in forward order only), each with the changes due by then,
+   at most ``--max-per-post`` (default 1: the agent then gets changes no faster than one
+   POST after another, and its figure is per change, not the queue of a burst). A POST's
+   start is its changes' clock start and datetime; how long a change waited for it is the
+   queue delay, reported apart. Agent latency =
    arrival of the agent's ``applied`` event (the file renamed into the mirror, the checkpoint
    committed) - clock start. Baseline: a bare :func:`rspush.subscriber.push.push_changes`
    client on the same topic, same loop: push receive - clock start. The difference per change
@@ -269,9 +271,9 @@ class Publisher:
     """POSTs of changes, each for a resource of its own that the origin already serves: a
     change can never be superseded by a later write of the same resource, so what is measured
     does not depend on the POSTs keeping up. The hub takes a topic's change times in forward
-    order only, so the POSTs go one after the other, each with every change due by then (one
-    while the poster keeps up, as a Source batches what piled up). A POST's start is its
-    changes' datetime and clock start."""
+    order only, so the POSTs go one after the other, each with the changes due by then, at
+    most ``--max-per-post`` (default 1). A POST's start is its changes' datetime and clock
+    start."""
 
     def __init__(self, env: Env, topic: str) -> None:
         self.env = env
@@ -350,13 +352,16 @@ async def latency_phase(env: Env) -> dict[str, Any]:
     disk_seen: dict[Key, float] = {}
 
     async def watch_disk(key: Key, path: Path, expected: bytes, deadline: float) -> None:
-        """Independent of the callback: poll the file until it holds the new bytes."""
-        while time.perf_counter() < deadline:
+        """Independent of the callback: poll the file until it holds the new bytes, every
+        0.5 ms for its first 100 ms, then every 5 ms (when the agent falls behind, hundreds of
+        watchers polling at 0.5 ms would take the CPU it needs to catch up)."""
+        first = time.perf_counter()
+        while (now := time.perf_counter()) < deadline:
             with contextlib.suppress(FileNotFoundError):
                 if path.read_bytes() == expected:
                     disk_seen[key] = time.perf_counter()
                     return
-            await asyncio.sleep(0.0005)
+            await asyncio.sleep(0.0005 if now - first < 0.1 else 0.005)
 
     tasks: set[asyncio.Task[None]] = set()
 
@@ -400,7 +405,7 @@ async def latency_phase(env: Env) -> dict[str, Any]:
                 for the POST before it (the poster behind) is its queue delay."""
                 while True:
                     items = [await due.get()]
-                    while not due.empty():
+                    while not due.empty() and len(items) < args.max_per_post:
                         items.append(due.get_nowait())
                     batch = []
                     for k, when in items:
@@ -839,6 +844,12 @@ def main() -> None:
     parser.add_argument("--phases", default="latency,catchup,baseline")
     parser.add_argument("--rate", type=float, default=200, help="changes/s (latency)")
     parser.add_argument("--seconds", type=float, default=10, help="latency run length")
+    parser.add_argument(
+        "--max-per-post",
+        type=int,
+        default=1,
+        help="latency: changes one POST may carry when several are due (the poster behind)",
+    )
     parser.add_argument(
         "--drain",
         type=float,
