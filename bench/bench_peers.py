@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .harness.hub import TOKEN, start_hub
+from .harness.hub import TOKEN, add_hub_args, hub_args, start_hub
 from .harness.results import command_line, git_state, log, median, table, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import (
@@ -583,11 +583,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--phases", default="memory,fanout,latency", help="a subset")
     parser.add_argument("--phase-timeout", type=float, default=90.0)
-    parser.add_argument(
-        "--hub-args",
-        default="",
-        help='extra arguments for "rs-hub serve", as one string (e.g. "--workers 2")',
-    )
+    add_hub_args(parser)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -610,7 +606,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.subscribers = [int(n) for n in str(args.subscribers).split(",")]
     args.per_message = [int(n) for n in args.per_message.split(",")]
     args.phases = set(args.phases.split(","))
-    args.hub_args = shlex.split(args.hub_args)
+    args.hub_args = hub_args(args)
     return args
 
 

@@ -59,7 +59,7 @@ from websockets.version import version as websockets_version
 
 from .fragments import change_fragment, w3c
 from .harness.clients import CHANGE_MARK, ClientPool, merge
-from .harness.hub import AUTH, Hub, Poster, histogram, metric, start_hub
+from .harness.hub import AUTH, Hub, Poster, add_hub_args, histogram, hub_args, metric, start_hub
 from .harness.results import command_line, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import Cpu, HelperProcess, children, free_port, raise_nofile, rss_kb
@@ -378,7 +378,9 @@ def changes_for(n: int, args: argparse.Namespace) -> int:
 
 async def run(args: argparse.Namespace, pool: ClientPool, workdir: Path) -> dict[str, Any]:
     topics = [*PHASE_TOPICS, *(f"fan{n}" for n in args.subscribers)]
-    hub = start_hub(workdir, topics, push={"send_buffer_bytes": HUB_SEND_BUFFER})
+    hub = start_hub(
+        workdir, topics, push={"send_buffer_bytes": HUB_SEND_BUFFER}, extra_args=hub_args(args)
+    )
     bench = Bench(args, hub, pool)
     results: dict[str, Any] = {}
     try:
@@ -570,6 +572,7 @@ def main() -> None:
         action="store_true",
         help="post without TCP_QUICKACK (each POST then waits ~40 ms for the hub's body)",
     )
+    add_hub_args(parser)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--raw-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--raw-frame", type=Path, help=argparse.SUPPRESS)
@@ -598,6 +601,7 @@ def main() -> None:
         "fragment": args.fragment,
         "poster_quickack": not args.plain_poster,
         "pythonpath": os.environ.get("PYTHONPATH", ""),
+        "hub_args": hub_args(args),
         "hub_send_buffer_bytes": HUB_SEND_BUFFER,
         "seconds": time.monotonic() - started,
     }

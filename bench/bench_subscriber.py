@@ -86,7 +86,7 @@ from rspush.subscriber.appliers import NullApplier
 from rspush.subscriber.push import Change, PushError, push_changes
 
 from .fragments import change_fragment, changes, resource_list
-from .harness.hub import AUTH, Hub, metric, start_hub
+from .harness.hub import AUTH, Hub, add_hub_args, hub_args, metric, start_hub
 from .harness.results import command_line, git_state, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import Cpu, HelperProcess, children, until
@@ -185,6 +185,7 @@ def run_hub(workdir: Path, args: argparse.Namespace) -> Hub:
         TOPICS,
         limits={"changelist_max_entries": args.list_entries, "retention_s": 0},
         settings={"rotation_interval_s": 0.2},
+        extra_args=hub_args(args),
     )
 
 
@@ -871,6 +872,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="write cProfile stats of the agent runs into this directory"
     )
+    add_hub_args(parser)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--origin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
