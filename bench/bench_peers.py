@@ -50,7 +50,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,12 +225,18 @@ class Clients:
         return [w.process.pid for w in self.workers]
 
     async def all(self, commands: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
-        async with asyncio.timeout(timeout):
-            return list(
-                await asyncio.gather(
-                    *(w.ask(**c) for w, c in zip(self.workers, commands, strict=True))
+        try:
+            async with asyncio.timeout(timeout):
+                return list(
+                    await asyncio.gather(
+                        *(w.ask(**c) for w, c in zip(self.workers, commands, strict=True))
+                    )
                 )
-            )
+        except TimeoutError:
+            what = commands[0]["cmd"]
+            raise TimeoutError(
+                f"the client processes did not answer {what} in {timeout:.0f} s"
+            ) from None
 
     async def connect(self, running: Running, system: str, n: int, topic: str) -> None:
         k = len(self.workers)
@@ -299,8 +305,14 @@ class Run:
         return tree_rss_kb(self.running.pid, exclude=EMBEDDED_NAMES)
 
     async def publish(self, **command: Any) -> dict[str, Any]:
-        async with asyncio.timeout(self.args.phase_timeout + 60):
-            return await self.publisher.ask(**command)
+        timeout = self.args.phase_timeout + 60
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.publisher.ask(**command)
+        except TimeoutError:
+            raise TimeoutError(
+                f"the publisher did not finish {command['cmd']} in {timeout:.0f} s"
+            ) from None
 
     async def warm_up(self) -> None:
         messages = min(50, self.args.messages)
@@ -389,46 +401,77 @@ def topics(args: argparse.Namespace) -> list[str]:
 
 
 async def one_run(args: argparse.Namespace, system: str, workdir: Path) -> dict[str, Any]:
+    """Every phase on one fresh server. A phase that fails (e.g. a timeout on a machine too
+    busy for it) is recorded in ``errors`` with its name; the Node processes are started
+    again (their command streams may be out of step) and the next phase goes on."""
     if system == "rspush":
         running = start_rspush(workdir, topics(args), args.hub_args)
     elif system == "socketio":
         running = start_socketio(workdir)
     else:
         running = start_nats(workdir, jetstream=system == "jetstream")
-    clients: Clients | None = None
-    publisher: NodeProcess | None = None
-    try:
+    run: Run | None = None
+
+    async def start_processes() -> Run:
         clients = Clients(args.client_procs)
-        publisher = NodeProcess("publisher.js")
-        await asyncio.wait_for(
-            publisher.ask(
-                cmd="setup",
-                system=system,
-                url=running.publish_url,
-                token=TOKEN,
-                stream=running.stream or STREAM,
-            ),
-            30,
-        )
-        run = Run(args, system, running, clients, publisher)
-        await run.warm_up()
-        figures: dict[str, Any] = {}
-        if "memory" in args.phases:
-            figures["memory"] = await run.memory()
-        if "fanout" in args.phases:
-            figures["fanout"] = []
-            for n in args.subscribers:
-                for per in args.per_message:
+        try:
+            publisher = NodeProcess("publisher.js")
+        except BaseException:
+            clients.stop()
+            raise
+        started = Run(args, system, running, clients, publisher)
+        try:
+            await asyncio.wait_for(
+                publisher.ask(
+                    cmd="setup",
+                    system=system,
+                    url=running.publish_url,
+                    token=TOKEN,
+                    stream=running.stream or STREAM,
+                ),
+                30,
+            )
+        except BaseException:
+            stop_processes(started)
+            raise
+        return started
+
+    def stop_processes(stopping: Run) -> None:
+        stopping.publisher.stop(timeout=20)
+        stopping.clients.stop()
+
+    figures: dict[str, Any] = {"errors": []}
+    phases: list[tuple[str, Callable[[Run], Awaitable[Any]], Callable[[Any], None]]] = []
+    if "memory" in args.phases:
+        phases.append(("memory", Run.memory, lambda v: figures.__setitem__("memory", v)))
+    if "fanout" in args.phases:
+        figures["fanout"] = []
+        for n in args.subscribers:
+            for per in args.per_message:
+
+                async def fan(r: Run, n: int = n, per: int = per) -> Any:
                     log("  %s fan-out: %d subscribers, %d changes per message", system, n, per)
-                    figures["fanout"].append(await run.fanout(n, per))
-        if "latency" in args.phases:
-            figures["latency"] = await run.latency()
+                    return await r.fanout(n, per)
+
+                phases.append((f"fan-out N={n} x{per}", fan, figures["fanout"].append))
+    if "latency" in args.phases:
+        phases.append(("latency", Run.latency, lambda v: figures.__setitem__("latency", v)))
+    try:
+        run = await start_processes()
+        await run.warm_up()
+        for name, phase, keep in phases:
+            try:
+                keep(await phase(run))
+            except Exception as exc:  # recorded with the phase's name; the others go on
+                log("  %s %s failed: %s: %s", system, name, type(exc).__name__, exc)
+                figures["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+                stop_processes(run)
+                run = None
+                run = await start_processes()
         return figures
     finally:
-        if publisher is not None:
-            publisher.stop(timeout=20)
-        if clients is not None:
-            clients.stop()
+        if run is not None:
+            stop_processes(run)
         running.stop()
 
 
@@ -544,6 +587,8 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> str:
         for k, run in enumerate(runs):
             if "error" in run:
                 lines.append(f"{system} run {k + 1} failed: {run['error']}")
+            for error in run.get("errors", []):
+                lines.append(f"{system} run {k + 1}, {error}")
     return "\n".join(lines)
 
 
