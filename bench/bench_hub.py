@@ -33,7 +33,7 @@ import lxml
 from lxml import etree
 
 from .fragments import change_fragment, w3c
-from .harness.hub import AUTH, start_hub
+from .harness.hub import AUTH, add_hub_args, hub_args, start_hub
 from .harness.results import write_json
 from .harness.system import wait_until
 
@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--fragments", type=int, default=50)
     parser.add_argument("--entries", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    add_hub_args(parser)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -144,7 +145,9 @@ def main() -> None:
     parse_s = bare_parse(bodies, args.repeat)
 
     with tempfile.TemporaryDirectory(prefix="rspush-bench-") as tmp:
-        hub = start_hub(Path(tmp), [f"bench{p}" for p in range(args.posters)])
+        hub = start_hub(
+            Path(tmp), [f"bench{p}" for p in range(args.posters)], extra_args=hub_args(args)
+        )
         base = hub.base
         try:
             wall, latencies = asyncio.run(ingest(base, bodies, args.posters))

@@ -10,10 +10,11 @@ a pool of client processes (``--client-procs``, default 2) holding the WebSocket
    the changes are posted in fragments of ``--fragment`` changes, one POST after the other as
    fast as the hub accepts them. Delivered changes/s = changes received by all clients / wall
    time from the first POST to the last client holding every change. Beside it, in the same
-   run, the raw baseline: a minimal ``websockets`` server (its own process, ``serve`` +
-   ``broadcast()``) broadcasts frames of one change each (the hub's own one-change frame,
-   captured at warm-up) to the same N clients; raw frames/s the same way. Headline ratio:
-   hub delivered changes/s / raw broadcast frames/s.
+   run and like for like, the raw baseline: a minimal ``websockets`` server (its own process,
+   ``serve`` + ``broadcast()``) broadcasts the hub's own frame of one fragment (``--fragment``
+   changes, captured at warm-up) to the same N clients, as many changes in all; raw
+   changes/s the same way. Ratio: hub changes/s / raw changes/s (same frames, same clients:
+   what the hub costs over the bare broadcast). Against other systems: ``bench.bench_peers``.
 2. Latency: ``--latency-subscribers`` clients, ``--rate`` changes/s posted as 10 changes every
    10 ms with datetime = time of posting, for ``--latency-seconds``. Per received change:
    receive time - acceptance time (the millisecond part of its stream position, stamped by the
@@ -58,7 +59,7 @@ from websockets.version import version as websockets_version
 
 from .fragments import change_fragment, w3c
 from .harness.clients import CHANGE_MARK, ClientPool, merge
-from .harness.hub import AUTH, Hub, Poster, histogram, metric, start_hub
+from .harness.hub import AUTH, Hub, Poster, add_hub_args, histogram, hub_args, metric, start_hub
 from .harness.results import command_line, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import Cpu, HelperProcess, children, free_port, raise_nofile, rss_kb
@@ -190,16 +191,24 @@ class Bench:
     async def post(self, topic: str, body: bytes) -> None:
         await self.poster.post(topic, body)
 
-    async def warm_up(self) -> tuple[bytes, list[float]]:
-        """One client, one change: warms the hub and captures its one-change frame. Then the
-        round trip of 10-change POSTs with httpx, an ordinary client (see harness.hub.Poster)."""
-        async with connect(self.push_url, compression=None, proxy=None) as ws:
+    async def warm_up(self) -> tuple[bytes, bytes, list[float]]:
+        """One client: warms the hub and captures its one-change frame and its frame of one
+        ``--fragment``-change POST. Then the round trip of 10-change POSTs with httpx, an
+        ordinary client (see harness.hub.Poster)."""
+        size = self.args.fragment
+        async with connect(self.push_url, compression=None, proxy=None, max_size=None) as ws:
             await ws.send('{"type":"subscribe","topics":[{"topic":"warm"}]}')
             await ws.recv()
             await self.post("warm", fragment([(1, w3c(datetime.now(UTC)))]))
             async with asyncio.timeout(10):
                 frame = await ws.recv(decode=False)
+            now = datetime.now(UTC)
+            await self.post("warm", fragment((2 + i, w3c(now)) for i in range(size)))
+            async with asyncio.timeout(10):
+                whole = await ws.recv(decode=False)
         assert frame.count(CHANGE_MARK) == 1, frame
+        if whole.count(CHANGE_MARK) != size:
+            raise RuntimeError(f"the hub split a {size}-change POST: use a smaller --fragment")
         httpx_ms = []
         for k in range(5):
             body = fragment((10 + 10 * k + i, w3c(datetime.now(UTC))) for i in range(10))
@@ -210,7 +219,7 @@ class Bench:
             httpx_ms.append((time.perf_counter() - started) * 1000)
             if reply.status_code != 202:
                 raise RuntimeError(f"post failed: {reply.status_code} {reply.text[:300]}")
-        return bytes(frame), sorted(httpx_ms)
+        return bytes(frame), bytes(whole), sorted(httpx_ms)
 
     async def memory(self) -> dict[str, Any]:
         n = self.args.idle
@@ -267,7 +276,7 @@ class Bench:
             "cpu_percent": used,
         }
 
-    async def fanout_raw(self, n: int, frames: int) -> dict[str, Any]:
+    async def fanout_raw(self, n: int, frames: int, per_frame: int) -> dict[str, Any]:
         assert self.raw is not None
         url = f"ws://127.0.0.1:{self.raw.port}/"
         connect_s = await self.pool.connect(url, n, None)
@@ -275,7 +284,8 @@ class Bench:
         if ready["n"] < n:
             raise RuntimeError(f"raw server sees {ready['n']} of {n} clients")
         timeout = self.args.phase_timeout
-        self.pool.send_all("receive", expected=frames, unit="frames", timeout=timeout)
+        expected = frames * per_frame
+        self.pool.send_all("receive", expected=expected, unit="changes", timeout=timeout)
         cpu = Cpu(self.groups())
         sent = await self.raw.ask(cmd="broadcast", frames=frames)
         result = merge(await self.pool.results(timeout + 30))
@@ -285,12 +295,14 @@ class Bench:
         return {
             "subscribers": n,
             "frames_broadcast": frames,
+            "changes_per_frame": per_frame,
             "connect_seconds": connect_s,
             "broadcast_seconds": sent["finished"] - sent["started"],
             "wall_seconds": wall,
-            "delivered_frames": result["got"],
+            "delivered_changes": result["got"],
             "complete_clients": result["complete"],
-            "frames_per_s": result["got"] / wall,
+            "changes_per_s": result["got"] / wall,
+            "frames_per_s": result["frames"] / wall,
             "mb_per_s": result["bytes"] / wall / 1e6,
             "closes": result["closes"],
             "cpu_percent": used,
@@ -364,22 +376,20 @@ def changes_for(n: int, args: argparse.Namespace) -> int:
     return max(fragment_size, changes // fragment_size * fragment_size)
 
 
-def frames_for(n: int, args: argparse.Namespace) -> int:
-    frames: int = min(args.raw_frames, args.raw_deliveries // n)
-    return max(20, frames)
-
-
 async def run(args: argparse.Namespace, pool: ClientPool, workdir: Path) -> dict[str, Any]:
     topics = [*PHASE_TOPICS, *(f"fan{n}" for n in args.subscribers)]
-    hub = start_hub(workdir, topics, push={"send_buffer_bytes": HUB_SEND_BUFFER})
+    hub = start_hub(
+        workdir, topics, push={"send_buffer_bytes": HUB_SEND_BUFFER}, extra_args=hub_args(args)
+    )
     bench = Bench(args, hub, pool)
     results: dict[str, Any] = {}
     try:
-        frame, httpx_ms = await bench.warm_up()
+        frame, whole, httpx_ms = await bench.warm_up()
         results["httpx_post_10_changes_ms"] = httpx_ms
         frame_file = workdir / "frame.json"
-        frame_file.write_bytes(frame)
+        frame_file.write_bytes(whole)
         results["one_change_frame_bytes"] = len(frame)
+        results["fragment_frame_bytes"] = len(whole)
         bench.raw = RawServer(free_port(), frame_file)
         if "memory" in args.phases:
             log("memory: %d idle subscribers", args.idle)
@@ -389,15 +399,15 @@ async def run(args: argparse.Namespace, pool: ClientPool, workdir: Path) -> dict
             changes = changes_for(n, args)
             log("fan-out hub: %d subscribers, %d changes", n, changes)
             hub_result = await bench.fanout_hub(n, changes)
-            frames = frames_for(n, args)
+            frames = changes // args.fragment  # as many changes as the hub run, same frames
             log("fan-out raw: %d subscribers, %d frames", n, frames)
-            raw_result = await bench.fanout_raw(n, frames)
+            raw_result = await bench.fanout_raw(n, frames, args.fragment)
             results["fanout"].append(
                 {
                     "subscribers": n,
                     "hub": hub_result,
                     "raw": raw_result,
-                    "ratio": hub_result["changes_per_s"] / raw_result["frames_per_s"],
+                    "ratio": hub_result["changes_per_s"] / raw_result["changes_per_s"],
                 }
             )
         if "latency" in args.phases:
@@ -521,7 +531,10 @@ def report(results: dict[str, Any]) -> None:
         f"RLIMIT_NOFILE {env['nofile']}, {env['client_processes']} client processes"
         + (f", PYTHONPATH={env['pythonpath']}" if env["pythonpath"] else "")
     )
-    print(f"one-change frame: {results['one_change_frame_bytes']} bytes")
+    print(
+        f"one-change frame: {results['one_change_frame_bytes']} bytes; "
+        f"{env['fragment']}-change frame: {results['fragment_frame_bytes']} bytes"
+    )
     httpx_ms = results["httpx_post_10_changes_ms"]
     print(
         f"POST of 10 changes with httpx: median {httpx_ms[len(httpx_ms) // 2]:.1f} ms; "
@@ -533,10 +546,6 @@ def report(results: dict[str, Any]) -> None:
     checks: list[tuple[str, str, bool]] = []
     if results["fanout"]:
         report_fanout(results["fanout"], env)
-        worst = min(row["ratio"] for row in results["fanout"])
-        checks.append(
-            ("delivered changes/s >= 3x raw frames/s (worst N)", f"{worst:.1f}x", worst >= 3)
-        )
     if "latency" in results:
         lat = results["latency"]
         report_latency(lat)
@@ -564,19 +573,19 @@ def report_fanout(rows: list[dict[str, Any]], env: dict[str, Any]) -> None:
     print()
     print(
         f"Fan-out (one topic, json; hub: fragments of {env['fragment']} changes posted "
-        "back to back)"
+        "back to back; raw: the hub's frame of one fragment, broadcast)"
     )
     print(
         f"{'N':>6} {'changes':>8} {'hub changes/s':>14} {'hub frames/s':>13} {'ch/frame':>9} "
-        f"{'ingest ch/s':>12} {'raw frames/s':>13} {'ratio':>7}"
+        f"{'ingest ch/s':>12} {'raw changes/s':>14} {'hub/raw':>8}"
     )
     for row in rows:
         hub, raw = row["hub"], row["raw"]
         print(
             f"{row['subscribers']:>6} {hub['changes_posted']:>8} {hub['changes_per_s']:>14,.0f} "
             f"{hub['frames_per_s']:>13,.0f} {hub['changes_per_frame']:>9.1f} "
-            f"{hub['ingest_changes_per_s']:>12,.0f} {raw['frames_per_s']:>13,.0f} "
-            f"{row['ratio']:>6.1f}x"
+            f"{hub['ingest_changes_per_s']:>12,.0f} {raw['changes_per_s']:>14,.0f} "
+            f"{row['ratio']:>7.2f}x"
         )
     print(
         "  CPU % of one core during each run (hub | valkey | clients | raw server | poster | "
@@ -645,8 +654,6 @@ def main() -> None:
         help="cap on N x changes per hub fan-out run (keeps large N short)",
     )
     parser.add_argument("--fragment", type=int, default=100, help="changes per POST (fan-out)")
-    parser.add_argument("--raw-frames", type=int, default=20_000, help="raw frames per N (max)")
-    parser.add_argument("--raw-deliveries", type=int, default=1_000_000)
     parser.add_argument("--idle", type=int, default=5000, help="idle subscribers (memory)")
     parser.add_argument("--latency-subscribers", type=int, default=100)
     parser.add_argument("--rate", type=int, default=1000, help="changes/s (latency)")
@@ -666,6 +673,7 @@ def main() -> None:
         "each of these --workers counts in turn (e.g. 1,2)",
     )
     parser.add_argument("--contention-subscribers", type=int, default=1000)
+    add_hub_args(parser)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--raw-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--raw-frame", type=Path, help=argparse.SUPPRESS)
@@ -710,6 +718,7 @@ def main() -> None:
         "fragment": args.fragment,
         "poster_quickack": not args.plain_poster,
         "pythonpath": os.environ.get("PYTHONPATH", ""),
+        "hub_args": hub_args(args),
         "hub_send_buffer_bytes": HUB_SEND_BUFFER,
         "seconds": time.monotonic() - started,
     }

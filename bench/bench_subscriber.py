@@ -9,16 +9,26 @@ own process: a Starlette app on uvicorn that serves what the bench PUTs), both o
 The agent (:class:`rspush.subscriber.agent.Agent`), the poster and every baseline run in this
 process, on one event loop. Three figures, each beside a baseline measured in the same run:
 
-1. **Change -> file latency over push.** The agent follows topic ``latency`` by push. A poster
-   publishes one change per POST at ``--rate`` changes/s for ``--seconds``: it PUTs the new
-   bytes of a resource on the origin, then (clock starts) POSTs the one-change fragment to
-   the hub. Agent latency = arrival of the agent's ``applied`` event (the file renamed into
-   the mirror, the checkpoint committed) - clock start. Baseline: a bare
-   :func:`rspush.subscriber.push.push_changes` client on the same topic, same loop: push receive -
-   clock start. The difference per change is what the agent adds (fetch + verify + write +
-   checkpoint). Cross-checks: at every ``--sample-every``-th event the callback reads the
-   file back (it must hold the new bytes); for the same changes a task polls the file on disk
-   every 0.5 ms and records when the new bytes appear (independent of the callback).
+1. **Change -> file latency over push.** The agent follows topic ``latency`` by push. Every
+   resource measured is its own (``/live/<k>``), written once at the origin before any change
+   is posted, so no change is ever superseded by a later write and the figures do not depend
+   on the poster keeping up. Changes fall due at ``--rate`` per second for ``--seconds``,
+   open loop (on schedule whatever the POSTs do); the POSTs go one after the other (the hub
+   takes a topic's change times in forward order only), each with the changes due by then,
+   at most ``--max-per-post`` (default 1: the agent then gets changes no faster than one
+   POST after another, and its figure is per change, not the queue of a burst). A POST's
+   start is its changes' clock start and datetime; how long a change waited for it is the
+   queue delay, reported apart. Agent latency =
+   arrival of the agent's ``applied`` event (the file renamed into the mirror, the checkpoint
+   committed) - clock start. Baseline: a bare :func:`rspush.subscriber.push.push_changes`
+   client on the same topic, same loop: push receive - clock start. The difference per change
+   is what the agent adds (fetch + verify + write + checkpoint). Cross-checks: at every
+   ``--sample-every``-th event the callback reads the file back (it must hold the new bytes);
+   for the same changes a task polls the file on disk every 0.5 ms and records when the new
+   bytes appear (independent of the callback). Outcomes are counted apart: applied, failed
+   (events), superseded (mirror), POST errors, not posted / not pushed / unfinished once
+   ``--drain`` seconds have passed; the phase fails (with those counts) only if no change was
+   applied.
 2. **Archive catch-up rate,** metadata-only (``fetch=False`` with the ``NullApplier``). Topic
    ``catchup``: one change, an agent baseline (its checkpoint ends there), then
    ``--catchup-changes`` more changes go into closed Change Lists (plus ``--catchup-open`` in
@@ -60,7 +70,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -78,8 +88,8 @@ from rspush.subscriber.agent import Agent, AgentConfig
 from rspush.subscriber.appliers import NullApplier
 from rspush.subscriber.push import Change, PushError, push_changes
 
-from .fragments import change_fragment, one_change, resource_list
-from .harness.hub import AUTH, Hub, metric, start_hub
+from .fragments import change_fragment, changes, resource_list
+from .harness.hub import AUTH, Hub, add_hub_args, hub_args, metric, start_hub
 from .harness.results import command_line, git_state, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import Cpu, HelperProcess, children, until
@@ -178,6 +188,7 @@ def run_hub(workdir: Path, args: argparse.Namespace) -> Hub:
         TOPICS,
         limits={"changelist_max_entries": args.list_entries, "retention_s": 0},
         settings={"rotation_interval_s": 0.2},
+        extra_args=hub_args(args),
     )
 
 
@@ -260,10 +271,13 @@ class Env:
 # --- 1. change -> file latency over push -----------------------------------------------------
 
 
-class Poster:
-    """One change per POST: the origin gets the new bytes first (PUT), then the clock starts
-    and the fragment goes to the hub. The POSTs go one after the other, so change times
-    strictly increase at the hub; a change's PUT may overlap the previous change's POST."""
+class Publisher:
+    """POSTs of changes, each for a resource of its own that the origin already serves: a
+    change can never be superseded by a later write of the same resource, so what is measured
+    does not depend on the POSTs keeping up. The hub takes a topic's change times in forward
+    order only, so the POSTs go one after the other, each with the changes due by then, at
+    most ``--max-per-post`` (default 1). A POST's start is its changes' datetime and clock
+    start."""
 
     def __init__(self, env: Env, topic: str) -> None:
         self.env = env
@@ -271,42 +285,46 @@ class Poster:
         self.last = datetime.now(UTC) - timedelta(seconds=1)
         self.started: dict[Key, float] = {}
         self.post_ms: list[float] = []
-        self._posted: asyncio.Future[None] | None = None
+        self.per_post: list[int] = []
+        self.errors = Counter[str]()
 
-    async def publish(
-        self, path: str, version: int, before: Callable[[Key, bytes], None] | None = None
-    ) -> Key:
-        """``before(key, bytes)`` runs once the origin has the bytes, before the POST."""
-        env = self.env
-        previous, posted = self._posted, asyncio.get_running_loop().create_future()
-        self._posted = posted
-        try:
-            uri = env.origin.url + path
-            body = content(f"{path} version {version}", env.args.size)
-            reply = await env.http.put(uri, content=body)
-            reply.raise_for_status()
-            if previous is not None:
-                await previous
-            self.last = max(datetime.now(UTC), self.last + timedelta(microseconds=1))
-            key = (uri, self.last)
-            fragment = one_change(uri, "created" if version == 0 else "updated", self.last, body)
-            if before is not None:
-                before(key, body)
-            started = time.perf_counter()
+    def key(self, path: str) -> Key:
+        """The change of ``path`` about to be posted: a datetime of its own, now."""
+        self.last = max(datetime.now(UTC), self.last + timedelta(microseconds=1))
+        return (self.env.origin.url + path, self.last)
+
+    async def post(self, batch: list[tuple[Key, bytes]]) -> None:
+        """POST the changes of ``batch``; a failure is counted, not raised."""
+        fragment = changes((uri, "created", when, body) for (uri, when), body in batch)
+        started = time.perf_counter()
+        for key, _ in batch:
             self.started[key] = started
-            await env.post(self.topic, fragment)
-            self.post_ms.append((time.perf_counter() - started) * 1000)
-            return key
-        finally:
-            posted.set_result(None)
+        try:
+            await self.env.post(self.topic, fragment)
+        except (RuntimeError, httpx.HTTPError) as exc:
+            self.errors[f"{type(exc).__name__}: {str(exc)[:120]}"] += len(batch)
+            return
+        self.post_ms.append((time.perf_counter() - started) * 1000)
+        self.per_post.append(len(batch))
 
 
 async def latency_phase(env: Env) -> dict[str, Any]:
+    """See the module's docstring (1.). Never waits longer than ``--drain`` seconds after the
+    last POST: what has not arrived by then is counted as unfinished, beside the figures of
+    what did."""
     args = env.args
     topic = "latency"
     config = env.config(topic, "latency-mirror", concurrency=args.latency_concurrency)
     dest = config.dest
+    count = round(args.rate * args.seconds)
+    # Every resource is written once at the origin, before any change is posted.
+    for prefix, n in (("warm", args.warm_up), ("live", count)):
+        reply = await env.http.post(
+            f"{env.origin.url}/_seed", params={"prefix": prefix, "n": n, "size": args.size}
+        )
+        reply.raise_for_status()
     applied: dict[Key, float] = {}
+    failed: dict[Key, str] = {}
     pushed: dict[Key, float] = {}
     samples: dict[Key, bytes] = {}
     read_back = Counter[str]()
@@ -314,10 +332,13 @@ async def latency_phase(env: Env) -> dict[str, Any]:
 
     def on_event(event: dict[str, Any]) -> None:
         now = time.perf_counter()
-        if event["event"] != "applied" or event["channel"] != "push":
-            other_events[f"{event['event']} {event.get('channel', '')}".strip()] += 1
+        kind, channel = event["event"], event.get("channel", "")
+        key = (event.get("uri", ""), parse_w3c_datetime(event["time"])) if "time" in event else None
+        if kind == "failed" and key is not None:
+            failed[key] = str(event.get("reason", ""))
+        if kind != "applied" or channel != "push" or key is None:
+            other_events[f"{kind} {channel}".strip()] += 1
             return
-        key = (event["uri"], parse_w3c_datetime(event["time"]))
         applied[key] = now
         expected = samples.get(key)
         if expected is not None:
@@ -334,29 +355,32 @@ async def latency_phase(env: Env) -> dict[str, Any]:
 
     disk_seen: dict[Key, float] = {}
 
-    async def watch_disk(key: Key, path: Path, expected: bytes) -> None:
-        """Independent of the callback: poll the file until it holds the new bytes."""
-        deadline = time.perf_counter() + 30
-        while time.perf_counter() < deadline:
+    async def watch_disk(key: Key, path: Path, expected: bytes, deadline: float) -> None:
+        """Independent of the callback: poll the file until it holds the new bytes, every
+        0.5 ms for its first 100 ms, then every 5 ms (when the agent falls behind, hundreds of
+        watchers polling at 0.5 ms would take the CPU it needs to catch up)."""
+        first = time.perf_counter()
+        while (now := time.perf_counter()) < deadline:
             with contextlib.suppress(FileNotFoundError):
                 if path.read_bytes() == expected:
                     disk_seen[key] = time.perf_counter()
                     return
-            await asyncio.sleep(0.0005)
+            await asyncio.sleep(0.0005 if now - first < 0.1 else 0.005)
 
-    watchers: set[asyncio.Task[None]] = set()
+    tasks: set[asyncio.Task[None]] = set()
 
-    def sampler(path: Path) -> Callable[[Key, bytes], None]:
-        def register(key: Key, body: bytes) -> None:
-            samples[key] = body
-            watcher = asyncio.create_task(watch_disk(key, path, body))
-            watchers.add(watcher)
-            watcher.add_done_callback(watchers.discard)
-
-        return register
+    def spawn(work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     agent = Agent(config, events=on_event, reporter=TimingReporter())
-    poster = Poster(env, topic)
+    publisher = Publisher(env, topic)
+    measured: list[Key] = []
+    queue_ms: list[float] = []
+    unposted = 0
+    late = 0
+    drain_timed_out = False
     async with agent_running(agent) as task:
         await until(lambda: agent.channel == "push" or task.done(), "the push session", 60)
         if task.done():
@@ -367,59 +391,114 @@ async def latency_phase(env: Env) -> dict[str, Any]:
             async with asyncio.timeout(30):
                 await subscribed.wait()
             # Warm-up: connections (hub, origin) open, code paths hot; not counted.
-            warm = [await poster.publish(f"/warm/{i}", 0) for i in range(args.warm_up)]
-            await until(lambda: all(k in applied for k in warm), "the warm-up changes", 30)
-            count = round(args.rate * args.seconds)
-            publishing: list[asyncio.Task[Key]] = []
-            late = 0
+            warm = []
+            for i in range(args.warm_up):
+                path = f"/warm/{i}"
+                warm.append(publisher.key(path))
+                await publisher.post([(warm[-1], content(path, args.size))])
+            await until(
+                lambda: all(k in applied or k in failed for k in warm), "the warm-up changes", 30
+            )
+            publisher.post_ms.clear()
             cpu = Cpu(env.pids, machine=False)
             loop = asyncio.get_running_loop()
+            due: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+
+            async def send() -> None:
+                """POST the changes due, one POST after the other; how long a change waited
+                for the POST before it (the poster behind) is its queue delay."""
+                while True:
+                    items = [await due.get()]
+                    while not due.empty() and len(items) < args.max_per_post:
+                        items.append(due.get_nowait())
+                    batch = []
+                    for k, when in items:
+                        queue_ms.append((loop.time() - when) * 1000)
+                        path = f"/live/{k}"
+                        body = content(path, args.size)
+                        key = publisher.key(path)
+                        measured.append(key)
+                        batch.append((key, body))
+                        if k % args.sample_every == 0:
+                            samples[key] = body
+                            deadline = time.perf_counter() + args.seconds + args.drain + 5
+                            spawn(watch_disk(key, dest / path.lstrip("/"), body, deadline))
+                    await publisher.post(batch)
+                    for _ in items:
+                        due.task_done()
+
+            spawn(send())
             start = loop.time() + 0.05
             for k in range(count):
+                # Open loop: a change falls due on schedule whether or not the POSTs keep up.
                 delay = start + k / args.rate - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 else:
                     late += 1
-                resource = k % args.live_resources
-                path = f"/live/{resource}"
-                sample = sampler(dest / path.lstrip("/")) if k % args.sample_every == 0 else None
-                publishing.append(
-                    asyncio.create_task(poster.publish(path, k // args.live_resources, sample))
+                due.put_nowait((k, loop.time()))
+            try:
+                async with asyncio.timeout(args.drain):
+                    await due.join()
+            except TimeoutError:
+                drain_timed_out = True
+            posted_rate = len(measured) / (loop.time() - start)
+            try:
+                await until(
+                    lambda: all((k in applied or k in failed) and k in pushed for k in measured),
+                    "every change applied (or failed) and pushed",
+                    args.drain,
                 )
-            measured = list(await asyncio.gather(*publishing))
-            posted_rate = count / (loop.time() - start)
-            await until(
-                lambda: all(k in applied and k in pushed for k in measured),
-                "every change applied and pushed",
-                60,
-            )
+            except RuntimeError:
+                drain_timed_out = True
+            unposted = due.qsize()
             used = cpu.used()
         finally:
             bare.cancel()
             with contextlib.suppress(asyncio.CancelledError, PushError):
                 await bare
-            for watcher in list(watchers):
-                watcher.cancel()
+            for pending in list(tasks):
+                pending.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     stats = agent.mirror.stats if agent.mirror else Counter()
-    agent_ms = [(applied[k] - poster.started[k]) * 1000 for k in measured]
-    bare_ms = [(pushed[k] - poster.started[k]) * 1000 for k in measured]
-    added_ms = [(applied[k] - pushed[k]) * 1000 for k in measured]
-    sampled = [k for k in samples if k in disk_seen]
-    disk_ms = [(disk_seen[k] - poster.started[k]) * 1000 for k in sampled]
+    started = publisher.started
+    done = [k for k in measured if k in applied and k in started]
+    both = [k for k in done if k in pushed]
+    agent_ms = [(applied[k] - started[k]) * 1000 for k in done]
+    bare_ms = [(pushed[k] - started[k]) * 1000 for k in measured if k in pushed and k in started]
+    added_ms = [(applied[k] - pushed[k]) * 1000 for k in both]
+    sampled = [k for k in samples if k in disk_seen and k in applied]
+    disk_ms = [(disk_seen[k] - started[k]) * 1000 for k in sampled]
     disk_minus_event = [(disk_seen[k] - applied[k]) * 1000 for k in sampled]
+    outcome = {
+        "applied": len(done),
+        "failed": sum(k in failed for k in measured),
+        "superseded": stats.get("superseded", 0),
+        "post_errors": dict(publisher.errors),
+        "not_posted": unposted,
+        "not_pushed": sum(k not in pushed for k in measured),
+        "unfinished": sum(k not in applied and k not in failed for k in measured),
+        "drain_timed_out_after_s": args.drain if drain_timed_out else None,
+        "failure_reasons": dict(Counter(failed[k] for k in measured if k in failed).most_common(3)),
+    }
+    if not done:
+        raise RuntimeError(f"latency: no change applied over push; outcome {outcome}")
     return {
         "changes": len(measured),
+        "outcome": outcome,
         "rate_target": args.rate,
         "rate_posted": posted_rate,
-        "posts_late": late,
-        "post_ms": quantiles(poster.post_ms[args.warm_up :]),
+        "due_late": late,
+        "queue_ms": quantiles(queue_ms),
+        "post_ms": quantiles(publisher.post_ms),
+        "posts": len(publisher.post_ms),
+        "changes_per_post_max": max(publisher.per_post, default=0),
         "bare_push_ms": quantiles(bare_ms),
         "agent_applied_ms": quantiles(agent_ms),
         "agent_added_ms": quantiles(added_ms),
         "agent_over_bare_p50": percentile(sorted(agent_ms), 0.5) / percentile(sorted(bare_ms), 0.5),
         "sample_disk_ms": quantiles(disk_ms),
-        "sample_event_ms": quantiles((applied[k] - poster.started[k]) * 1000 for k in sampled),
+        "sample_event_ms": quantiles((applied[k] - started[k]) * 1000 for k in sampled),
         "sample_disk_minus_event_ms": quantiles(disk_minus_event),
         "read_back_at_event": dict(read_back),
         "other_events": dict(other_events),
@@ -708,8 +787,11 @@ def report(results: dict[str, Any]) -> None:
         lat = results["latency"]
         print()
         print(
-            f"1. Change -> file over push: {lat['changes']:,} one-change POSTs at "
-            f"{lat['rate_posted']:.0f}/s (target {lat['rate_target']}, {lat['posts_late']} late)"
+            f"1. Change -> file over push: {lat['changes']:,} changes in {lat['posts']:,} "
+            f"POSTs (at most {lat['changes_per_post_max']} a POST) at "
+            f"{lat['rate_posted']:.0f}/s (target {lat['rate_target']}; "
+            f"queue delay before the POST p50 {lat['queue_ms']['p50']:.2f}, "
+            f"p99 {lat['queue_ms']['p99']:.2f} ms)"
         )
         print(f"   bare push client (baseline)   {ms(lat['bare_push_ms'])}")
         print(f"   agent, file applied           {ms(lat['agent_applied_ms'])}")
@@ -718,6 +800,15 @@ def report(results: dict[str, Any]) -> None:
         print(
             f"   sample: file seen on disk     {ms(lat['sample_disk_ms'])}; "
             f"disk - event p50 {lat['sample_disk_minus_event_ms']['p50']:.2f} ms"
+        )
+        out = lat["outcome"]
+        print(
+            f"   outcome: {out['applied']:,} applied, {out['failed']} failed, "
+            f"{out['superseded']} superseded, {out['unfinished']} unfinished"
+            + (f" after {out['drain_timed_out_after_s']:.0f} s" if out["unfinished"] else "")
+            + f", {out['not_posted']} not posted, {out['not_pushed']} not pushed, "
+            + f"POST errors {out['post_errors'] or '-'}"
+            + (f"; failures {out['failure_reasons']}" if out["failure_reasons"] else "")
         )
         print(
             f"   read back at the event: {lat['read_back_at_event']}; POST round trip "
@@ -771,7 +862,18 @@ def main() -> None:
     parser.add_argument("--phases", default="latency,catchup,baseline")
     parser.add_argument("--rate", type=float, default=200, help="changes/s (latency)")
     parser.add_argument("--seconds", type=float, default=10, help="latency run length")
-    parser.add_argument("--live-resources", type=int, default=500, help="resources updated")
+    parser.add_argument(
+        "--max-per-post",
+        type=int,
+        default=1,
+        help="latency: changes one POST may carry when several are due (the poster behind)",
+    )
+    parser.add_argument(
+        "--drain",
+        type=float,
+        default=30,
+        help="latency: seconds to wait after the last POST for what is still on its way",
+    )
     parser.add_argument("--latency-concurrency", type=int, default=8)
     parser.add_argument("--sample-every", type=int, default=10, help="disk cross-check")
     parser.add_argument("--warm-up", type=int, default=50, help="changes before measuring")
@@ -792,6 +894,7 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="write cProfile stats of the agent runs into this directory"
     )
+    add_hub_args(parser)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--origin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -50,12 +50,21 @@ def resource_list(entries: Iterable[tuple[str, bytes]], at: datetime) -> bytes:
     ).encode()
 
 
-def one_change(uri: str, change: str, when: datetime, body: bytes) -> bytes:
-    """A one-change fragment, as a Source sends it: datetime, md5, length, type."""
+def changes(entries: Iterable[tuple[str, str, datetime, bytes]]) -> bytes:
+    """A fragment of (URI, change, datetime, bytes) changes, as a Source sends them:
+    datetime, md5, length, type each."""
+    urls = "".join(
+        f'<url><loc>{uri}</loc><rs:md change="{change}" datetime="{format_w3c_datetime(when)}" '
+        f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
+        f'type="application/octet-stream"/></url>'
+        for uri, change, when, body in entries
+    )
     return (
         f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {XMLNS}>'
-        f'<rs:md capability="changelist"/><url><loc>{uri}</loc>'
-        f'<rs:md change="{change}" datetime="{format_w3c_datetime(when)}" '
-        f'hash="md5:{hashlib.md5(body).hexdigest()}" length="{len(body)}" '
-        f'type="application/octet-stream"/></url></urlset>'
+        f'<rs:md capability="changelist"/>{urls}</urlset>'
     ).encode()
+
+
+def one_change(uri: str, change: str, when: datetime, body: bytes) -> bytes:
+    """A one-change fragment, as a Source sends it: datetime, md5, length, type."""
+    return changes([(uri, change, when, body)])

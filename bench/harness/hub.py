@@ -3,10 +3,12 @@ on 127.0.0.1, its Prometheus metrics, and a poster for its ingest endpoint."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import hashlib
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -69,6 +71,22 @@ def hub_config(
     lines += ["[push]", f"port = {push_port}"]
     lines += [f"{key} = {toml_value(value)}" for key, value in (push or {}).items()]
     return "\n".join(lines) + "\n"
+
+
+def add_hub_args(parser: argparse.ArgumentParser) -> None:
+    """``--hub-args "…"``: words passed to ``rs-hub serve`` as they are, so a benchmark can
+    be re-run with any hub option (a process model, a setting) without changing it. Read
+    them with :func:`hub_args`."""
+    parser.add_argument(
+        "--hub-args",
+        default="",
+        metavar="ARGS",
+        help='extra arguments for "rs-hub serve", as one string (e.g. "--workers 2")',
+    )
+
+
+def hub_args(args: argparse.Namespace) -> list[str]:
+    return shlex.split(args.hub_args)
 
 
 @dataclass

@@ -68,3 +68,26 @@ def write_json(target: str | Path, results: Any) -> None:
         sys.stdout.write(text)
     else:
         Path(target).write_text(text, encoding="utf-8")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned, each as
+    wide as its widest cell."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first, *rest = (str(c) for c in cells)
+        return "  ".join(
+            [first.ljust(widths[0]), *(c.rjust(w) for c, w in zip(rest, widths[1:], strict=True))]
+        )
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of the values that are numbers (NaN for none)."""
+    numbers = sorted(v for v in values if isinstance(v, int | float) and v == v)
+    if not numbers:
+        return float("nan")
+    middle = len(numbers) // 2
+    return numbers[middle] if len(numbers) % 2 else (numbers[middle - 1] + numbers[middle]) / 2

@@ -45,22 +45,26 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
             process.wait(timeout=10)
 
 
-class HelperProcess:
-    """``python -m <module> <arguments>`` run from the repository root and spoken to in JSON
-    lines: commands on its stdin, one JSON line back per command and one when it is ready
-    (kept in ``ready``). It stops at the end of its stdin."""
+class JsonLinesProcess:
+    """A helper process spoken to in JSON lines: commands on its stdin, one JSON line back
+    per command and one when it is ready (kept in ``ready``). It stops at the end of its
+    stdin. An answer ``{"error": …}`` raises RuntimeError."""
 
-    def __init__(self, module: str, *arguments: str) -> None:
-        self.module = module
+    def __init__(self, command: list[str], name: str, cwd: Path = ROOT) -> None:
+        self.module = name
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *arguments],
-            cwd=ROOT,
+            command,
+            cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             preexec_fn=raise_nofile,
         )
-        self.ready = self.ask_blocking(None)
+        try:
+            self.ready = self.ask_blocking(None)
+        except BaseException:
+            stop_process(self.process, timeout=5)
+            raise
 
     def ask_blocking(self, command: dict[str, Any] | None) -> dict[str, Any]:
         """Send ``command`` (``None``: nothing) and read one answer."""
@@ -71,7 +75,10 @@ class HelperProcess:
         line = self.process.stdout.readline()
         if not line:
             raise RuntimeError(f"{self.module} exited")
-        return dict(json.loads(line))
+        answer = dict(json.loads(line))
+        if "error" in answer:
+            raise RuntimeError(f"{self.module}: {answer['error']}")
+        return answer
 
     async def ask(self, **command: Any) -> dict[str, Any]:
         return await asyncio.to_thread(self.ask_blocking, command)
@@ -84,6 +91,14 @@ class HelperProcess:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             stop_process(self.process, timeout=10)
+
+
+class HelperProcess(JsonLinesProcess):
+    """``python -m <module> <arguments>`` run from the repository root, spoken to in JSON
+    lines (see :class:`JsonLinesProcess`)."""
+
+    def __init__(self, module: str, *arguments: str) -> None:
+        super().__init__([sys.executable, "-m", module, *arguments], module)
 
 
 # --- /proc -----------------------------------------------------------------------------------
@@ -115,6 +130,34 @@ def children(pid: int) -> list[int]:
                 if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                     found.append(int(entry.name))
     return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, …)."""
+    found = children(pid)
+    for child in list(found):
+        found += descendants(child)
+    return found
+
+
+def command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def tree_rss_kb(pid: int, *, exclude: Iterable[str] = ()) -> int:
+    """VmRSS of ``pid`` and every process below it, leaving out processes whose command name
+    is in ``exclude`` (e.g. an embedded valkey-server) and processes already gone."""
+    skip = set(exclude)
+    total = 0
+    for member in [pid, *descendants(pid)]:
+        if command_name(member) in skip:
+            continue
+        with contextlib.suppress(OSError, RuntimeError):
+            total += rss_kb(member)
+    return total
 
 
 def machine_busy_s() -> tuple[float, float]:
