@@ -5,7 +5,7 @@ is handed on only when its length and every computable hash match (hex or base64
 alike). A mismatch is retried — the Source may have been caught mid-update — and then
 reported; a mismatching file is deleted, never renamed into the mirror.
 
-Every transfer has a deadline (:mod:`rspush.subscriber.deadlines`): a server that trickles is
+Every transfer has a deadline (:mod:`rspush.remote.deadlines`): a server that trickles is
 cut off, the change fails with a timeout reason (retried later, not at once). Redirects are
 followed here, hop by hop, only where :mod:`rspush.subscriber.redirects` allows.
 """
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import httpx
 
+from rspush.remote.deadlines import RateDeadline, TransferLimits
 from rspush.resourcesync.hashes import DigestEncoding
 
 from .changes import ResourceChange
-from .deadlines import RateDeadline, TransferLimits
 from .errors import FetchError, RedirectRefusedError, SupersededError, VerificationError
 from .redirects import MAX_REDIRECTS, RedirectPolicy
 
