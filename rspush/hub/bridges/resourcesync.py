@@ -113,6 +113,7 @@ class ResourceSyncBridge:
         self._documents: dict[str, Document] = {}
         """Conditionally read documents, by URL: the copy a ``304`` confirms."""
         self._closed: OrderedDict[str, Document] = OrderedDict()
+        self._items: dict[str, tuple[Document, list[Placed]]] = {}
         self._polled: set[str] = set()
         """URLs read (conditionally) in this step: not asked for again in it."""
 
@@ -194,7 +195,7 @@ class ResourceSyncBridge:
         out: list[Entry] = []
         more = False
         for position, ref in enumerate(plan.lists):
-            items = placed_entries(await self._list(ref))
+            items = self._placed(ref.url, await self._list(ref))
             if position == 0 and plan.resume_place and place is not None:
                 resumed = resume_in(items, place, seen)
                 if resumed.problem:
@@ -302,6 +303,16 @@ class ResourceSyncBridge:
             raise SourceError(f"{ref.url} is a {document.type}, not a Change List")
         self._keep(ref.url, document)
         return document
+
+    def _placed(self, url: str, document: Document) -> list[Placed]:
+        """The list's entries placed in time, worked out once per document read (a
+        catch-up reads one list over many steps)."""
+        held = self._items.get(url)
+        if held is None or held[0] is not document:
+            held = self._items[url] = (document, placed_entries(document))
+            while len(self._items) > KEPT_LISTS:
+                self._items.pop(next(iter(self._items)))
+        return held[1]
 
     def _keep(self, url: str, document: Document) -> None:
         self._closed[url] = document
