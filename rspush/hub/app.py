@@ -48,6 +48,7 @@ from rspush.resourcesync.w3cdt import to_us
 
 from .auth import authorise_read, bearer, readable_private_topics, token_matches
 from .bodies import BodyBudget, BodyReader
+from .bridges.runner import Bridges
 from .documents import DocumentService, Served
 from .errors import (
     STORE_UNAVAILABLE_MESSAGE,
@@ -139,6 +140,13 @@ class Hub:
             push_url=push_url,
             private=private,
         )
+        self.bridges = Bridges(
+            settings.bridges,
+            self.ingest,
+            self.store,
+            self.metrics,
+            lease_ttl_s=settings.lease_ttl_s,
+        )
         self.rotator = Rotator(
             self.store,
             settings.hub.base_url,
@@ -158,8 +166,10 @@ class Hub:
         for topic in self.settings.topics:
             await self.store.ensure_topic(topic.name, now_us=now_us)
         self.rotator.start()
+        self.bridges.start()
 
     async def stop(self) -> None:
+        await self.bridges.stop()
         await self.rotator.stop()
 
 
@@ -363,6 +373,7 @@ def build_app(hub: Hub) -> Starlette:
             started_monotonic=hub.started_monotonic,
             now_us=to_us(datetime.now(UTC)),
             push_connections=hub.push_connections,
+            bridges={b.topic: b.kind for b in settings.bridges},
         )
         headers = {"Cache-Control": "no-store", "Vary": "Accept, Authorization"}
         accept = request.headers.get("accept", "")

@@ -12,6 +12,9 @@ Lua scripts that append changes and rotate Change Lists touch several of them at
     {prefix}:{topic}:closed:{n}     string: the n-th closed Change List (immutable XML)
     {prefix}:{topic}:idem:{source}/{key}  string: receipt of an idempotent request (expires)
     {prefix}:{topic}:lease          string: the rotation lease holder's token (expires)
+    {prefix}:{topic}:bridge:lease   string: the token of the process running the topic's bridge
+    {prefix}:{topic}:bridge:checkpoint  string: the bridge's checkpoint (set with its changes)
+    {prefix}:{topic}:bridge:status  hash: the bridge's last success, errors, lag, counters
 """
 
 from __future__ import annotations
@@ -59,3 +62,15 @@ class TopicKeys:
     @property
     def lease(self) -> str:
         return f"{self._base}:lease"
+
+    @property
+    def bridge_lease(self) -> str:
+        return f"{self._base}:bridge:lease"
+
+    @property
+    def bridge_checkpoint(self) -> str:
+        return f"{self._base}:bridge:checkpoint"
+
+    @property
+    def bridge_status(self) -> str:
+        return f"{self._base}:bridge:status"

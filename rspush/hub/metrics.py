@@ -77,6 +77,47 @@ class HubMetrics:
             registry=self.registry,
         )
 
+        self.bridge_changes = Counter(
+            "rspush_bridge_changes",
+            "Changes a bridge appended to its topic (this process)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bridge_steps = Counter(
+            "rspush_bridge_steps",
+            "Bridge steps committed (changes and checkpoint together; this process)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bridge_errors = Counter(
+            "rspush_bridge_errors",
+            "Bridge steps that failed, by reason: remote (the remote failed or timed out), "
+            "regression (the remote went back in time or lost history), rejected (the hub "
+            "refused the changes), internal",
+            ["topic", "reason"],
+            registry=self.registry,
+        )
+        self.bridge_last_success = Gauge(
+            "rspush_bridge_last_success_timestamp_seconds",
+            "When a bridge last read its remote without error (Unix time)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bridge_lag = Gauge(
+            "rspush_bridge_lag_seconds",
+            "How far behind the remote a bridge is: now minus the remote time through which "
+            "every change is bridged",
+            ["topic"],
+            registry=self.registry,
+        )
+
+    def declare_bridges(self, topics: list[str]) -> None:
+        for topic in topics:
+            self.bridge_changes.labels(topic)
+            self.bridge_steps.labels(topic)
+            for reason in ("remote", "regression", "rejected", "internal"):
+                self.bridge_errors.labels(topic, reason)
+
     def declare_topics(self, topics: list[str]) -> None:
         """Export every per-topic series from the start (at 0), not from its first event."""
         for topic in topics:

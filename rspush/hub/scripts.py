@@ -48,6 +48,26 @@ def _idempotency(k: TopicKeys, key: str | None, source: str) -> tuple[str, str]:
     return "1", k.idempotency(f"{quote(source, safe='')}/{key}")
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointSet:
+    """A bridge's checkpoint, set in the same script call as its changes (or its seed), and
+    only if the checkpoint is still ``expected`` (None: no checkpoint yet)."""
+
+    expected: str | None
+    value: str
+
+
+def _checkpoint(k: TopicKeys, checkpoint: CheckpointSet | None) -> tuple[str, dict[str, str]]:
+    """The checkpoint key (the meta key, never written, when unused) and the named ARGV."""
+    if checkpoint is None:
+        return k.meta, {"has_checkpoint": "0", "checkpoint_expected": "", "checkpoint_value": ""}
+    return k.bridge_checkpoint, {
+        "has_checkpoint": "1",
+        "checkpoint_expected": checkpoint.expected or "",
+        "checkpoint_value": checkpoint.value,
+    }
+
+
 def append_call(
     k: TopicKeys,
     plan: IngestPlan,
@@ -58,8 +78,10 @@ def append_call(
     now_us: int,
     source: str = "",
     body_sha256: str = "",
+    checkpoint: CheckpointSet | None = None,
 ) -> Call:
     has_idem, idem = _idempotency(k, idempotency_key, source)
+    checkpoint_key, checkpoint_args = _checkpoint(k, checkpoint)
     records: list[Any] = []
     for record in plan.records:  # RECORD_WIDTH values each
         records += [
@@ -71,7 +93,14 @@ def append_call(
             record.entry_json,
         ]
     return Call(
-        {"stream": k.stream, "meta": k.meta, "state": k.state, "idem": idem, "latest": k.latest},
+        {
+            "stream": k.stream,
+            "meta": k.meta,
+            "state": k.state,
+            "idem": idem,
+            "latest": k.latest,
+            "checkpoint": checkpoint_key,
+        },
         {
             "count": len(plan.records),
             "has_idem": has_idem,
@@ -79,6 +108,7 @@ def append_call(
             "epoch_candidate": epoch_candidate,
             "now_us": now_us,
             "body_sha256": body_sha256,
+            **checkpoint_args,
         },
         records,
     )
@@ -94,13 +124,15 @@ def seed_call(
     now_us: int,
     source: str = "",
     body_sha256: str = "",
+    checkpoint: CheckpointSet | None = None,
 ) -> Call:
     has_idem, idem = _idempotency(k, idempotency_key, source)
+    checkpoint_key, checkpoint_args = _checkpoint(k, checkpoint)
     pairs: list[Any] = []
     for loc, xml in plan.state.items():
         pairs += [loc, xml]
     return Call(
-        {"meta": k.meta, "state": k.state, "idem": idem},
+        {"meta": k.meta, "state": k.state, "idem": idem, "checkpoint": checkpoint_key},
         {
             "has_idem": has_idem,
             "idem_ttl": idempotency_ttl_s,
@@ -108,6 +140,7 @@ def seed_call(
             "now_us": now_us,
             "at_us": plan.at_us,
             "body_sha256": body_sha256,
+            **checkpoint_args,
         },
         pairs,
     )
@@ -146,8 +179,9 @@ def snapshot_call(k: TopicKeys) -> Call:
     return Call({"meta": k.meta, "state": k.state}, {})
 
 
-def lease_call(k: TopicKeys, *, token: str, ttl_ms: int) -> Call:
-    return Call({"lease": k.lease}, {"token": token, "ttl_ms": ttl_ms})
+def lease_call(k: TopicKeys, *, token: str, ttl_ms: int, key: str | None = None) -> Call:
+    """The rotation lease, or another lease of the topic (``key``: a bridge's)."""
+    return Call({"lease": key or k.lease}, {"token": token, "ttl_ms": ttl_ms})
 
 
 def trim_call(k: TopicKeys, *, min_id: str) -> Call:

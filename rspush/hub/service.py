@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rspush.resourcesync import Document
+from rspush.resourcesync import Capability, Change, Document, Entry, Metadata
 from rspush.resourcesync.w3cdt import format_w3c_datetime, from_us, to_us
 
 from .auth import find_source
@@ -51,6 +51,7 @@ from .errors import (
 )
 from .ingest import IngestPlan, parse_fragment, plan_changes, plan_seed
 from .metrics import HubMetrics
+from .scripts import CheckpointSet
 from .settings import Settings, Source
 from .store import TopicStore
 
@@ -236,6 +237,72 @@ class IngestService:
         receipt["at"] = format_w3c_datetime(from_us(int(receipt["at"])))
         return _receipt(receipt, topic, replayed)
 
+    async def bridged(
+        self,
+        topic: str,
+        entries: list[Entry],
+        *,
+        checkpoint: CheckpointSet,
+        baseline: bool = False,
+        max_entries: int,
+    ) -> dict[str, Any]:
+        """A bridge's step (:mod:`.bridges.base`): its changes (or its baseline) and its new
+        checkpoint, written atomically, planned and validated as a Source's post by
+        ``bridge:<topic>``. Raises :class:`.store.StaleCheckpoint` if the checkpoint moved."""
+        source = f"bridge:{topic}"
+        limits = self.settings.limits
+        now = self.clock()
+        tolerance = timedelta(seconds=limits.future_tolerance_s)
+        if baseline:
+            document = Document(md=Metadata(capability=Capability.RESOURCELIST, at=now))
+            document = document.model_copy(update={"entries": tuple(entries)})
+            seed = await asyncio.to_thread(
+                plan_seed, document, max_entries=max_entries, now=now, future_tolerance=tolerance
+            )
+            receipt, _ = await self.store.seed(
+                topic,
+                seed,
+                now_us=to_us(now),
+                idempotency_key=None,
+                idempotency_ttl_s=limits.idempotency_ttl_s,
+                source=source,
+                checkpoint=checkpoint,
+            )
+            return _receipt(receipt, topic, False)
+        held = await self.store.state_entries(topic, sorted({e.loc for e in entries}))
+        typed = with_change_types(entries, set(held))
+        stamp = now
+        for attempt in range(STAMP_RETRIES):
+            plan = IngestPlan()
+            if typed:
+                plan = await asyncio.to_thread(
+                    plan_changes,
+                    Document(md=Metadata(capability=Capability.CHANGELIST), entries=tuple(typed)),
+                    now=now,
+                    stamp=stamp,
+                    max_entries=max_entries,
+                    future_tolerance=tolerance,
+                )
+            plan = without_no_ops(plan, held)
+            try:
+                receipt, _ = await self.store.append(
+                    topic,
+                    plan,
+                    now_us=to_us(now),
+                    idempotency_key=None,
+                    idempotency_ttl_s=limits.idempotency_ttl_s,
+                    source=source,
+                    checkpoint=checkpoint,
+                )
+                break
+            except ChangeTimeBackwards as exc:
+                if not should_restamp(plan, attempt):
+                    raise
+                now = self.clock()
+                stamp = restamp_time(now, exc.last_us)
+        self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted") or 0))
+        return _receipt(receipt, topic, False)
+
     async def _admit(
         self, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
     ) -> Admitted:
@@ -247,6 +314,44 @@ class IngestService:
             _parse_and_digest, raw, self.settings.limits.max_body_bytes
         )
         return Admitted(document, key, source.name, digest)
+
+
+def with_change_types(entries: list[Entry], held: set[str]) -> list[Entry]:
+    """Entries without a change type: ``created`` if the topic's state (``held`` URIs, as
+    changed by the entries before) lacks the URI, else ``updated``."""
+    present = set(held)
+    typed: list[Entry] = []
+    for entry in entries:
+        md = entry.md or Metadata()
+        change = md.change
+        if change is None:
+            change = Change.UPDATED if entry.loc in present else Change.CREATED
+            entry = entry.model_copy(update={"md": md.model_copy(update={"change": change})})
+        if change == Change.DELETED:
+            present.discard(entry.loc)
+        else:
+            present.add(entry.loc)
+        typed.append(entry)
+    return typed
+
+
+def without_no_ops(plan: IngestPlan, held: dict[str, str]) -> IngestPlan:
+    """The plan without changes that leave the topic's state as it is: a created/updated
+    whose Resource List entry is the state's, a deleted of a URI the state lacks. ``held`` is
+    the state of the plan's URIs before it; each kept change updates it for the next."""
+    state = dict(held)
+    kept = []
+    for record in plan.records:
+        if record.state_xml is None:
+            if record.loc not in state:
+                continue
+            del state[record.loc]
+        else:
+            if state.get(record.loc) == record.state_xml:
+                continue
+            state[record.loc] = record.state_xml
+        kept.append(record)
+    return IngestPlan(kept, plan.stamped)
 
 
 def _receipt(receipt: dict[str, Any], topic: str, replayed: bool) -> dict[str, Any]:

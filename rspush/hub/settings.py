@@ -166,6 +166,59 @@ class Limits(BaseModel):
     limit (room is kept for Redis and the push port). Past it a connection is refused."""
 
 
+BRIDGE_KINDS = ("oai-pmh", "resourcesync")
+"""What a bridge can read (:mod:`.bridges`)."""
+DEFAULT_BRIDGE_INTERVAL_S = 60.0
+DEFAULT_BRIDGE_TIMEOUT_S = 30.0
+DEFAULT_BRIDGE_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_BRIDGE_MAX_CHANGES = 10_000
+DEFAULT_BRIDGE_BACKOFF_MAX_S = 300.0
+DEFAULT_OAI_FULL_LIST_INTERVAL_S = 24 * 3600.0
+
+
+class BridgeConfig(BaseModel):
+    """A bridge: the hub itself polls a remote pull-only Source (an OAI-PMH repository, a
+    ResourceSync Source) and is the only Source of ``topic`` (docs/bridges.md)."""
+
+    model_config = {"extra": "forbid"}
+
+    topic: str
+    kind: Literal["oai-pmh", "resourcesync"]
+    url: str
+    """The OAI-PMH base URL, or the ResourceSync Source's Capability List / Source
+    Description."""
+    interval_s: float = Field(DEFAULT_BRIDGE_INTERVAL_S, gt=0)
+    """Seconds between polls once the bridge has caught up."""
+    timeout_s: float = Field(DEFAULT_BRIDGE_TIMEOUT_S, gt=0)
+    """Bound on one HTTP request to the remote (connect, each read, the whole body)."""
+    max_bytes: int = Field(DEFAULT_BRIDGE_MAX_BYTES, ge=1024)
+    """Largest response body read from the remote (after gzip inflation)."""
+    max_changes_per_step: int = Field(DEFAULT_BRIDGE_MAX_CHANGES, ge=1, le=100_000)
+    """Changes one step may append (with its checkpoint, atomically)."""
+    backoff_max_s: float = Field(DEFAULT_BRIDGE_BACKOFF_MAX_S, gt=0)
+    """Longest wait after repeated errors (exponential backoff with jitter)."""
+    metadata_prefixes: list[str] = []
+    """oai-pmh: the formats to bridge; default: every format the repository lists."""
+    sets: list[str] = []
+    """oai-pmh: the setSpecs to bridge; default: the whole repository."""
+    full_list_interval_s: float = Field(DEFAULT_OAI_FULL_LIST_INTERVAL_S, gt=0)
+    """oai-pmh, repositories that keep no (or only transient) deletion records: how often a
+    full identifier listing looks for records that disappeared."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("a bridge's url must be an http(s) URL")
+        return value
+
+    @model_validator(mode="after")
+    def _kind_keys(self) -> BridgeConfig:
+        if self.kind != "oai-pmh" and (self.metadata_prefixes or self.sets):
+            raise ValueError("metadata_prefixes and sets are oai-pmh keys")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RSPUSH_", env_nested_delimiter="__", extra="forbid"
@@ -177,6 +230,7 @@ class Settings(BaseSettings):
     subscribers: list[Subscriber] = []
     limits: Limits = Limits()
     push: Push = Push()
+    bridges: list[BridgeConfig] = []
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("rspush-data")
@@ -197,6 +251,19 @@ class Settings(BaseSettings):
             unknown = set(who.topics) - set(names)
             if unknown:
                 raise ValueError(f"{who.name!r} names unknown topics: {', '.join(sorted(unknown))}")
+        bridged = [b.topic for b in self.bridges]
+        for topic in bridged:
+            if topic not in names:
+                raise ValueError(f"bridge of unknown topic {topic!r}: add it under [[topics]]")
+        if len(set(bridged)) != len(bridged):
+            raise ValueError("one bridge per topic: a bridge is its topic's only Source")
+        for source in self.sources:
+            shared = set(source.topics) & set(bridged)
+            if shared:
+                raise ValueError(
+                    f"source {source.name!r} may post to bridged topic(s) "
+                    f"{', '.join(sorted(shared))}: a bridge is its topic's only Source"
+                )
         return self
 
     def topic(self, name: str) -> Topic | None:

@@ -82,6 +82,26 @@ async def _store_figures(store: TopicStore, topic: str, now_us: int) -> dict[str
     }
 
 
+def bridge_figures(kind: str, status: dict[str, str]) -> dict[str, Any]:
+    """A bridge's figures from its status hash (written by whichever process runs it)."""
+    errors = sum(int(v) for k, v in status.items() if k.startswith("errors_"))
+    lag = status.get("lag_s")
+    return {
+        "kind": kind,
+        "last_success": status.get("last_success"),
+        "synced_through": status.get("synced_through"),
+        "lag_s": None if lag is None else float(lag),
+        "changes": int(status.get("changes", 0)),
+        "errors": errors,
+        "errors_by_reason": {
+            k.removeprefix("errors_"): int(v) for k, v in status.items() if k.startswith("errors_")
+        },
+        "last_error": status.get("last_error"),
+        "last_error_at": status.get("last_error_at"),
+        "last_note": status.get("last_note"),
+    }
+
+
 _UNAVAILABLE_TOPIC: dict[str, Any] = {
     "stream_length": None,
     "last_change": None,
@@ -104,9 +124,12 @@ async def collect(
     started_monotonic: float,
     now_us: int,
     push_connections: Callable[[], int] | None = None,
+    bridges: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The status of ``topics`` (the caller has already left out private topics the reader
-    may not see). Store figures are ``null`` while Redis is unavailable."""
+    may not see). Store figures are ``null`` while Redis is unavailable. ``bridges`` maps each
+    bridged topic to its bridge's kind."""
+    bridges = bridges or {}
     try:
         await store.ping()
         redis_ok = True
@@ -120,10 +143,20 @@ async def collect(
                 figures = await _store_figures(store, ref.name, now_us)
             except StoreUnavailable:
                 redis_ok = False
+        bridge: dict[str, Any] | None = None
+        if ref.name in bridges:
+            bridge = bridge_figures(bridges[ref.name], {})
+            if redis_ok:
+                try:
+                    state = await store.bridge_state(ref.name)
+                    bridge = bridge_figures(bridges[ref.name], state.status)
+                except StoreUnavailable:
+                    redis_ok = False
         rows.append(
             {"name": ref.name, "private": ref.private}
             | figures
             | _metric_figures(registry, ref.name)
+            | {"bridge": bridge}
         )
     process: dict[str, Any] = {
         "redis": "ok" if redis_ok else "unavailable",
@@ -150,6 +183,12 @@ _FIGURES: tuple[tuple[str, str], ...] = (
     ("slow_consumer_closes", "Slow-consumer closes"),
     ("retention.oldest_change", "Oldest change held"),
     ("retention.trimmed_through_time", "Trimmed through"),
+    ("bridge.kind", "Bridge"),
+    ("bridge.last_success", "Bridge last success"),
+    ("bridge.lag_s", "Bridge lag (s)"),
+    ("bridge.changes", "Changes bridged"),
+    ("bridge.errors", "Bridge errors"),
+    ("bridge.last_error", "Bridge last error"),
 )
 """(dotted field of a topic's JSON, label) — the script updates cells by field."""
 

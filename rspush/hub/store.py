@@ -76,6 +76,19 @@ def _store_boundary(cls: _C) -> _C:
     return cls
 
 
+class StaleCheckpoint(Exception):
+    """A bridge's checkpoint moved since it was read (another process ran the bridge): its
+    step wrote nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeState:
+    """A bridge's checkpoint and its status hash (field -> value), read together."""
+
+    checkpoint: str | None
+    status: dict[str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamEntry(PushedChange):
     """One row of a topic's stream: what the push channel sends (position, time, XML and
@@ -213,12 +226,17 @@ class TopicStore:
         idempotency_ttl_s: int,
         source: str = "",
         body_sha256: str = "",
+        checkpoint: scripts.CheckpointSet | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Append the records atomically, but for those the topic already holds (counted as
         ``duplicates`` in the receipt). Returns (receipt, replayed).
 
         The idempotency key is scoped by ``source``; ``body_sha256`` is kept with its receipt,
-        and the same key with another body raises :class:`.errors.IdempotencyKeyReused`."""
+        and the same key with another body raises :class:`.errors.IdempotencyKeyReused`.
+
+        With ``checkpoint`` (a bridge's), the checkpoint is set in the same atomic step, and
+        nothing is written (:class:`StaleCheckpoint`) if it is no longer the one expected. A
+        plan without records then only moves the checkpoint."""
         call = scripts.append_call(
             self.keys(topic),
             plan,
@@ -228,8 +246,10 @@ class TopicStore:
             now_us=now_us,
             source=source,
             body_sha256=body_sha256,
+            checkpoint=checkpoint,
         )
-        return self._outcome(topic, await self._run(self._append, call), plan.first_time_us, plan)
+        first_us = plan.first_time_us if plan.records else 0
+        return self._outcome(topic, await self._run(self._append, call), first_us, plan)
 
     async def seed(
         self,
@@ -241,6 +261,7 @@ class TopicStore:
         idempotency_ttl_s: int,
         source: str = "",
         body_sha256: str = "",
+        checkpoint: scripts.CheckpointSet | None = None,
     ) -> tuple[dict[str, Any], bool]:
         call = scripts.seed_call(
             self.keys(topic),
@@ -251,6 +272,7 @@ class TopicStore:
             now_us=now_us,
             source=source,
             body_sha256=body_sha256,
+            checkpoint=checkpoint,
         )
         return self._outcome(topic, await self._run(self._seed, call), plan.at_us)
 
@@ -261,6 +283,8 @@ class TopicStore:
         status = outcome[0].decode() if isinstance(outcome[0], bytes) else outcome[0]
         if status == "reused":
             raise IdempotencyKeyReused()
+        if status == "stale":
+            raise StaleCheckpoint(f"the bridge checkpoint of {topic} moved")
         if status == "history":
             raise TopicHasHistory(topic)
         if status == "conflict" and plan is not None:
@@ -326,6 +350,40 @@ class TopicStore:
     async def acquire_lease(self, topic: str, token: str, ttl_ms: int) -> bool:
         call = scripts.lease_call(self.keys(topic), token=token, ttl_ms=ttl_ms)
         return bool(await self._run(self._lease, call))
+
+    async def acquire_bridge_lease(self, topic: str, token: str, ttl_ms: int) -> bool:
+        """Take or renew the lease of the topic's bridge (one process runs it at a time)."""
+        k = self.keys(topic)
+        call = scripts.lease_call(k, token=token, ttl_ms=ttl_ms, key=k.bridge_lease)
+        return bool(await self._run(self._lease, call))
+
+    async def release_bridge_lease(self, topic: str, token: str) -> None:
+        key = self.keys(topic).bridge_lease
+        if await self.redis.get(key) == token.encode():
+            await self.redis.delete(key)
+
+    async def bridge_state(self, topic: str) -> BridgeState:
+        k = self.keys(topic)
+        raw: Any = await self.redis.get(k.bridge_checkpoint)
+        status: Any = await self.redis.hgetall(k.bridge_status)
+        return BridgeState(
+            checkpoint=None if raw is None else raw.decode(),
+            status={a.decode(): b.decode() for a, b in status.items()},
+        )
+
+    async def set_bridge_status(self, topic: str, fields: dict[str, str | int | float]) -> None:
+        """Record figures of the topic's bridge (every hub process's status page reads them)."""
+        await self.redis.hset(self.keys(topic).bridge_status, mapping=fields)  # type: ignore[arg-type]
+
+    async def incr_bridge_status(self, topic: str, field: str, by: int) -> None:
+        await self.redis.hincrby(self.keys(topic).bridge_status, field, by)
+
+    async def state_entries(self, topic: str, locs: list[str]) -> dict[str, str]:
+        """The current Resource List entries of ``locs`` (absent URIs are left out)."""
+        if not locs:
+            return {}
+        values: Any = await self.redis.hmget(self.keys(topic).state, locs)
+        return {loc: v.decode() for loc, v in zip(locs, values, strict=True) if v is not None}
 
     async def release_lease(self, topic: str, token: str) -> None:
         key = self.keys(topic).lease

@@ -5,19 +5,29 @@ local meta = KEYS[2]           -- hash: the topic's meta
 local state = KEYS[3]          -- hash: URI -> Resource List entry XML
 local idem = KEYS[4]           -- the idempotency key's receipt (the meta key when unused)
 local latest = KEYS[5]         -- hash: URI -> its last change: "time_us change sha1(entry XML)"
+local checkpoint = KEYS[6]     -- a bridge's checkpoint (the meta key, never written, when unused)
 local count = tonumber(ARGV[1])        -- number of changes
 local has_idem = ARGV[2] == '1'        -- '1' when the request carried an idempotency key
 local idem_ttl = tonumber(ARGV[3])     -- seconds the receipt is remembered
 local epoch_candidate = ARGV[4]        -- the topic's epoch, if this append creates it
 local now_us = ARGV[5]                 -- hub clock, microseconds since the epoch
 local body_sha256 = ARGV[6]            -- SHA-256 of the request body, kept with the receipt
-local FIRST_RECORD = 7                 -- then count x RECORD_WIDTH values, one record each:
+local has_checkpoint = ARGV[7] == '1'  -- '1' when a bridge sets its checkpoint in this step
+local checkpoint_expected = ARGV[8]    -- the checkpoint it read ('' for none): else 'stale'
+local checkpoint_value = ARGV[9]       -- the checkpoint it resumes from after this step
+local FIRST_RECORD = 10                -- then count x RECORD_WIDTH values, one record each:
 local RECORD_WIDTH = 6                 --   time_us, loc, change, entry_xml, state_xml, entry_json
 
 local function record(i)
   local b = FIRST_RECORD + i * RECORD_WIDTH
   return {time_us = ARGV[b], loc = ARGV[b + 1], change = ARGV[b + 2],
           entry_xml = ARGV[b + 3], state_xml = ARGV[b + 4], entry_json = ARGV[b + 5]}
+end
+
+-- A bridge's changes and its checkpoint are one step, and only from the checkpoint it read:
+-- a second runner of the same bridge (a lease that expired mid-step) cannot append again.
+if has_checkpoint and (redis.call('GET', checkpoint) or '') ~= checkpoint_expected then
+  return {'stale'}
 end
 
 if has_idem then
@@ -110,4 +120,5 @@ epoch = redis.call('HGET', meta, 'epoch') or cjson.null
 local receipt = cjson.encode({accepted = #fresh, duplicates = duplicates, first = first_id,
                               last = last_id, epoch = epoch, body_sha256 = body_sha256})
 if has_idem then redis.call('SET', idem, receipt, 'EX', idem_ttl) end
+if has_checkpoint then redis.call('SET', checkpoint, checkpoint_value) end
 return {'ok', receipt}

@@ -5,14 +5,21 @@
 local meta = KEYS[1]           -- hash: the topic's meta
 local state = KEYS[2]          -- hash: URI -> Resource List entry XML
 local idem = KEYS[3]           -- the idempotency key's receipt (the meta key when unused)
+local checkpoint = KEYS[4]     -- a bridge's checkpoint (the meta key, never written, when unused)
 local has_idem = ARGV[1] == '1'        -- '1' when the request carried an idempotency key
 local idem_ttl = tonumber(ARGV[2])     -- seconds the receipt is remembered
 local epoch_candidate = ARGV[3]        -- the topic's epoch, if this seed creates it
 local now_us = ARGV[4]                 -- hub clock, microseconds since the epoch
 local at_us = ARGV[5]                  -- the Resource List's at
 local body_sha256 = ARGV[6]            -- SHA-256 of the request body, kept with the receipt
-local FIRST_PAIR = 7                   -- then pairs: loc, entry XML
+local has_checkpoint = ARGV[7] == '1'  -- '1' when a bridge sets its checkpoint in this step
+local checkpoint_expected = ARGV[8]    -- the checkpoint it read ('' for none): else 'stale'
+local checkpoint_value = ARGV[9]       -- the checkpoint it resumes from after this step
+local FIRST_PAIR = 10                  -- then pairs: loc, entry XML
 
+if has_checkpoint and (redis.call('GET', checkpoint) or '') ~= checkpoint_expected then
+  return {'stale'}
+end
 if has_idem then
   local seen = redis.call('GET', idem)
   if seen then
@@ -42,4 +49,5 @@ local epoch = redis.call('HGET', meta, 'epoch')
 local receipt = cjson.encode({seeded = count, at = at_us, epoch = epoch,
                               body_sha256 = body_sha256})
 if has_idem then redis.call('SET', idem, receipt, 'EX', idem_ttl) end
+if has_checkpoint then redis.call('SET', checkpoint, checkpoint_value) end
 return {'ok', receipt}
