@@ -32,7 +32,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from rspush.hub.bridges.http import BridgeHttp
 from rspush.hub.bridges.resourcesync import ResourceSyncBridge
+from rspush.hub.settings import BridgeConfig
 from rspush.resourcesync import Document, Entry, Metadata, parse_document, serialise
 from rspush.resourcesync.models import Link
 
@@ -112,7 +114,11 @@ def parse_rate(lists: list[Path], entries: int, repeat: int = 3) -> float:
 
 
 async def catch_up(url: str, step_entries: int) -> dict[str, Any]:
-    bridge = ResourceSyncBridge(url, max_entries=step_entries)
+    config = BridgeConfig(
+        topic="bench", kind="resourcesync", url=url, max_changes_per_step=step_entries
+    )
+    http = BridgeHttp(timeout_s=config.timeout_s, max_bytes=config.max_bytes)
+    bridge = ResourceSyncBridge(config, http)
     checkpoint: str | None = None
     changes = steps = 0
     started = time.perf_counter()
@@ -129,7 +135,7 @@ async def catch_up(url: str, step_entries: int) -> dict[str, Any]:
             if not step.more:
                 break
     finally:
-        await bridge.aclose()
+        await http.aclose()
     elapsed = time.perf_counter() - started
     return {
         "changes": changes,

@@ -10,9 +10,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from rspush.hub.bridges.base import BridgeStep
+from rspush.hub.bridges.base import BridgeStep, RemoteRegression
+from rspush.hub.bridges.http import BridgeHttp
 from rspush.hub.bridges.resourcesync import ResourceSyncBridge
+from rspush.hub.settings import BridgeConfig
 from rspush.resourcesync import Entry
+from rspush.resourcesync.w3cdt import parse_w3c_datetime
 from tests.support.etag_origin import running_source
 from tests.support.resync_rotating import (
     CAPABILITY_LIST,
@@ -35,13 +38,19 @@ class Follower:
         self.baseline: list[Entry] = []
         self.changes: list[Entry] = []
         self.problems: list[str] = []
-        bridge.report = self.problems.append
+        self.regressions: list[str] = []
 
     async def poll(self, limit: int = 10_000) -> list[Entry]:
-        """One poll: steps until the bridge has nothing more at once; the new changes."""
+        """One poll: steps until the bridge has nothing more at once; the new changes. A
+        regression is raised once, and the same step tried again goes on (as the runner
+        does after its backoff)."""
         before = len(self.changes)
         for _ in range(limit):
-            step = await self.bridge.step(self.checkpoint)
+            try:
+                step = await self.bridge.step(self.checkpoint)
+            except RemoteRegression as exc:
+                self.regressions.append(str(exc))
+                continue
             if step is None:
                 break
             self._record(step)
@@ -51,6 +60,7 @@ class Follower:
 
     def _record(self, step: BridgeStep) -> None:
         (self.baseline if step.baseline else self.changes).extend(step.changes)
+        self.problems += step.notes
         self.checkpoint = step.checkpoint
 
     @property
@@ -60,11 +70,17 @@ class Follower:
 
 @asynccontextmanager
 async def following(url: str, max_entries: int = 1000) -> AsyncIterator[Follower]:
-    bridge = ResourceSyncBridge(url, max_entries=max_entries)
+    """A bridge of ``url`` built as the runner builds it (its config, its HTTP client)."""
+    config = BridgeConfig(topic="t", kind="resourcesync", url=url, max_changes_per_step=max_entries)
+    http = BridgeHttp(timeout_s=config.timeout_s, max_bytes=config.max_bytes)
     try:
-        yield Follower(bridge)
+        yield Follower(ResourceSyncBridge(config, http))
     finally:
-        await bridge.aclose()
+        await http.aclose()
+
+
+def time_of(text: str) -> object:
+    return parse_w3c_datetime(text)
 
 
 def content(n: int) -> bytes:
@@ -77,6 +93,7 @@ async def test_baseline_republishes_the_resource_list_exactly() -> None:
         async with following(origin.url + "/") as follower:
             assert await follower.poll() == []
     assert [e.loc for e in follower.baseline] == sorted(origin.uri(p) for p in RESOURCES)
+    assert follower.bridge.synced_through is not None
     for entry in follower.baseline:
         body = RESOURCES[entry.loc.removeprefix(origin.url)]
         assert entry.length == len(body)
@@ -109,7 +126,7 @@ async def test_a_list_that_rotates_between_polls_is_read_to_its_end(index: bool)
             await follower.poll()
             assert await follower.poll() == []
     assert follower.log == source.log
-    assert follower.problems == []
+    assert follower.problems == follower.regressions == []
 
 
 async def test_entries_keep_the_remotes_hashes_lengths_types_and_times() -> None:
@@ -165,7 +182,7 @@ async def test_a_checkpoint_resumes_exactly_in_a_new_bridge() -> None:
         checkpoint: str | None = None
         # A new bridge for every step, as after a restart: 4 entries at a time.
         for _ in range(100):
-            async with following(source.uri(CAPABILITY_LIST), max_entries=4) as follower:
+            async with following(source.uri(CAPABILITY_LIST), max_entries=5) as follower:
                 follower.checkpoint = checkpoint
                 step = await follower.bridge.step(checkpoint)
                 # Re-reading from the same checkpoint gives the same entries.
@@ -209,7 +226,8 @@ async def test_lost_history_is_reported_not_fatal() -> None:
             source.change("/d.txt", "created", b"d")
             new = await follower.poll()
     assert [e.loc for e in new] == [origin.uri("/d.txt")]
-    assert any("no longer listed" in p or "lost history" in p for p in follower.problems)
+    assert any("lost history" in p for p in follower.regressions)
+    assert any("lost history" in p for p in follower.problems)
 
 
 async def test_a_remote_going_back_in_time_is_reported() -> None:
@@ -223,6 +241,7 @@ async def test_a_remote_going_back_in_time_is_reported() -> None:
             origin.clock.now = origin.clock.now.replace(year=origin.clock.now.year - 1)
             source.change("/old.txt", "created", b"o")
             assert await follower.poll() == []
+    assert len(follower.regressions) == 1 and "went back in time" in follower.regressions[0]
     assert any("went back in time" in p for p in follower.problems)
 
 
@@ -237,3 +256,18 @@ async def test_a_source_found_through_robots_txt_only() -> None:
         async with following(origin.url + "/") as follower:
             await follower.poll()
     assert follower.log == source.log
+
+
+async def test_a_resource_list_larger_than_a_step_becomes_changes_at_its_at() -> None:
+    async with running_source() as origin:
+        source = RotatingSource(origin, RESOURCES)
+        source.change("/a.txt", "created", b"a")
+        async with following(source.uri(CAPABILITY_LIST), max_entries=2) as follower:
+            await follower.poll()
+    assert follower.baseline == []
+    paged, changes = follower.changes[: len(RESOURCES)], follower.changes[len(RESOURCES) :]
+    assert [e.loc for e in paged] == sorted(origin.uri(p) for p in RESOURCES)
+    assert {e.md.datetime for e in paged if e.md} == {time_of(source.at)}
+    assert all(e.md is not None and e.md.change is None for e in paged)
+    assert [(e.loc, e.md.change if e.md else None) for e in changes] == source.log
+    assert any("max_changes_per_step" in p for p in follower.problems)

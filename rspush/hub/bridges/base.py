@@ -67,6 +67,9 @@ class BridgeStep:
     more: bool = False
     notes: list[str] = field(default_factory=list)
     """Things an operator should know about this step (logged and shown in the status)."""
+    at: datetime | None = None
+    """With ``baseline``: the remote's time of the Resource List (its ``at``), the topic's
+    seed time; the remote's changes after it then follow in order. None: the hub's clock."""
 
 
 class BridgeError(Exception):

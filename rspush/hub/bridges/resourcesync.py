@@ -5,7 +5,9 @@ Description, a Capability List, a page with a ``Link rel="resourcesync"``, robot
 Z39.99 §6 — :mod:`rspush.remote.discovery`), the bridge
 
 1. seeds the topic from the remote's Resource List (or the parts of its Resource List
-   Index, §10), page by page: ``baseline`` steps;
+   Index, §10) in one ``baseline`` step at the list's ``at`` — or, when it has more entries
+   than one step may append (``max_changes_per_step``), republishes them as changes at that
+   ``at``, step by step;
 2. then follows its Change Lists from the Resource List's ``at`` (else ``completed``): the
    lists of its Change List Archive (archives spec §5, nested archive indexes too), its
    Change List Index (§12.2) and its current Change List (§12.1), oldest first, each entry
@@ -21,9 +23,11 @@ The checkpoint (:class:`.rs_position.Checkpoint`) is a place in the remote's lis
 time, so a list that closed and moved into the index or archive between two polls is read
 to its end before the next one (the reference client loses those entries), and a re-read
 never republishes an entry. What the remote does wrong — a list rewritten, history lost, a
-time going backwards, an entry nothing places in time — is reported through ``report`` and
-never ends the bridge; what cannot be read now (a 5xx, the network, a deadline) raises
-:class:`~rspush.remote.errors.SourceError` for the framework to back off on.
+time going backwards — raises :class:`.base.RemoteRegression` once (the runner counts it in
+the status and ``/metrics``), then the same step goes on past it with the problem as a note;
+an entry nothing places in time is a note. None of it ends the bridge. What cannot be read
+now (a 5xx, the network, a deadline, a document that is not ResourceSync) raises
+:class:`.base.BridgeError` for the runner to back off on.
 
 Reads: every document through :class:`~rspush.remote.reader.DocumentReader` (size cap,
 gzip, deadlines); the Capability List, archives, indexes and the open list are conditional
@@ -33,22 +37,26 @@ list, which does not change (§12.1), is read once while it is needed.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import httpx
+from pydantic import ValidationError
 
-from rspush.remote.discovery import MAX_DISCOVERY_BYTES, TopicEndpoints, discover
-from rspush.remote.errors import SourceError
+from rspush.remote.deadlines import TransferLimits
+from rspush.remote.discovery import TopicEndpoints, discover
+from rspush.remote.errors import RemoteError, SourceError
 from rspush.remote.links import join_url
 from rspush.remote.reader import DocumentReader
-from rspush.resourcesync import Capability, Document, Entry
-from rspush.resourcesync.namespaces import MAX_DOCUMENT_BYTES
+from rspush.resourcesync import Capability, Document, Entry, Metadata
 
-from .base import BridgeStep
+from .base import BridgeError, BridgeStep, RemoteRegression
+
+if TYPE_CHECKING:
+    from ..settings import BridgeConfig
+    from .http import BridgeHttp
+
 from .rs_position import (
     Checkpoint,
     ListPlace,
@@ -63,52 +71,38 @@ from .rs_position import (
     with_time,
 )
 
-log = logging.getLogger("rspush.hub.bridges.resourcesync")
-
-MAX_STEP_ENTRIES: Final = 1000
-"""Entries one step returns at most (the framework appends them at once)."""
 MAX_ARCHIVE_PARTS: Final = 10_000
 """Lists or archive parts one archive may name; more is refused as hostile or broken."""
 MAX_ARCHIVE_DEPTH: Final = 2
 """Archive indexes nested deeper than this are refused."""
 KEPT_LISTS: Final = 4
 """Closed Change Lists kept parsed between steps (a catch-up reads them in order)."""
-USER_AGENT: Final = "rs-hub-bridge/0.1 (rspush)"
-
-Report = Callable[[str], None]
-
-
-def _log_report(problem: str) -> None:
-    log.warning("%s", problem)
 
 
 class ResourceSyncBridge:
-    """One remote Source followed for one topic (module docstring). ``step()`` is the
-    bridge contract (:mod:`.base`)."""
+    """One remote Source followed for one topic (module docstring): the ``resourcesync``
+    bridge kind of :mod:`.base`, built as ``ResourceSyncBridge(config, http)``."""
 
     kind: Final = "resourcesync"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        client: httpx.AsyncClient | None = None,
-        topic: str | None = None,
-        max_entries: int = MAX_STEP_ENTRIES,
-        max_bytes: int = MAX_DOCUMENT_BYTES,
-        report: Report = _log_report,
-    ) -> None:
-        self.url = url
-        self.topic = topic
-        self.max_entries = max_entries
-        self._own_client = client is None
-        self.client = client or httpx.AsyncClient(
-            follow_redirects=True, headers={"User-Agent": USER_AGENT}, timeout=30.0
+    def __init__(self, config: BridgeConfig, http: BridgeHttp) -> None:
+        self.url = config.url
+        self.max_entries = config.max_changes_per_step
+        self.client = http.client
+        self.reader = DocumentReader(
+            self.client,
+            max_bytes=config.max_bytes,
+            limits=TransferLimits(grace=config.timeout_s, total=max(config.timeout_s * 10, 60)),
         )
-        self.reader = DocumentReader(self.client, max_bytes=max_bytes)
-        self.report = report
+        self.synced_through: datetime | None = None
+        """When caught up: the remote's time through which every change is bridged."""
         self.problems = 0
-        """Problems reported so far (a status figure)."""
+        """Problems reported so far."""
+        self._notes: list[str] = []
+        self._regressions: list[str] = []
+        self._raised: set[str] = set()
+        """Regressions already raised once (:class:`.base.RemoteRegression`): the same step
+        tried again goes on, with them as notes."""
         self._endpoints: TopicEndpoints | None = None
         self._documents: dict[str, Document] = {}
         """Conditionally read documents, by URL: the copy a ``304`` confirms."""
@@ -117,34 +111,48 @@ class ResourceSyncBridge:
         self._polled: set[str] = set()
         """URLs read (conditionally) in this step: not asked for again in it."""
 
-    async def aclose(self) -> None:
-        if self._own_client:
-            await self.client.aclose()
-
     # --- the contract ---------------------------------------------------------------------
 
     async def step(self, checkpoint: str | None) -> BridgeStep | None:
         """The next entries after ``checkpoint`` (None: start with the baseline), or None
-        when the remote has nothing new."""
-        if checkpoint is None:
-            return await self._start()
-        state = Checkpoint.loads(checkpoint)
-        if state.phase == "baseline":
-            return await self._baseline(state)
-        return await self._changes(state)
+        when the remote has nothing new. What cannot be read now raises
+        :class:`.base.BridgeError`; a remote that lost history or went back in time raises
+        :class:`.base.RemoteRegression` once (reported in the status and metrics), then the
+        same step goes on past it with the problem as a note."""
+        self._notes, self._regressions = [], []
+        step: BridgeStep | None
+        try:
+            if checkpoint is None:
+                step = await self._start()
+            else:
+                state = Checkpoint.loads(checkpoint)
+                if state.phase == "baseline":
+                    step = await self._baseline(state)
+                else:
+                    step = await self._changes(state)
+        except RemoteError as exc:
+            raise BridgeError(str(exc)) from None
+        except ValidationError:
+            raise BridgeError("the stored checkpoint is not one this bridge wrote") from None
+        fresh = [r for r in self._regressions if r not in self._raised]
+        if fresh:
+            self._raised.update(fresh)
+            raise RemoteRegression("; ".join(fresh))
+        if step is not None and self._notes:
+            step = replace(step, notes=[*step.notes, *self._notes])
+        return step
 
     # --- baseline -------------------------------------------------------------------------
 
     async def _start(self) -> BridgeStep:
         endpoints = await self._discover()
         if endpoints.resource_list is None:
-            self._problem(
+            self._note(
                 f"{endpoints.capability_list} lists no Resource List: no baseline; following "
                 "every change its Change Lists hold"
             )
-            return BridgeStep([], Checkpoint(phase="changes").dumps(), baseline=False, more=True)
+            return BridgeStep([], Checkpoint(phase="changes").dumps(), more=True)
         document = await self._get(endpoints.resource_list)
-        since = document.md.at or document.md.completed
         if document.is_index:
             parts = tuple(
                 url
@@ -154,32 +162,57 @@ class ResourceSyncBridge:
         else:
             parts = (endpoints.resource_list,)
             self._keep(endpoints.resource_list, document)
-        return await self._baseline(Checkpoint(phase="baseline", since=since, parts=parts))
+        since = document.md.at or document.md.completed
+        total = 0
+        for url in parts:
+            part = await self._part(url)
+            since = since or part.md.at or part.md.completed
+            total += len(part.entries)
+            if total > self.max_entries:
+                break
+        if since is None:
+            raise SourceError(
+                f"{endpoints.resource_list}: the Resource List gives no 'at' (Z39.99 §10 "
+                "requires one): nothing shows where its changes start"
+            )
+        state = Checkpoint(phase="baseline", since=since, parts=parts)
+        if total > self.max_entries:
+            self._note(
+                f"the Resource List has more than max_changes_per_step ({self.max_entries}) "
+                "entries: the topic is seeded with them as changes at its 'at', step by step"
+            )
+            return await self._baseline(state.model_copy(update={"paged": True}))
+        return await self._baseline(state)
 
     async def _baseline(self, state: Checkpoint) -> BridgeStep:
+        """The Resource List: in one step as the topic's seed, or (``paged``, too large for
+        one step) as changes at its ``at``, one step at a time."""
         entries: list[Entry] = []
         part, offset = state.part, state.offset
         while part < len(state.parts) and len(entries) < self.max_entries:
             document = await self._part(state.parts[part])
-            if document.md.capability != Capability.RESOURCELIST or document.is_index:
-                raise SourceError(f"{state.parts[part]} is a {document.type}, not a Resource List")
             taken = document.entries[offset : offset + self.max_entries - len(entries)]
             entries.extend(taken)
             offset += len(taken)
             if offset >= len(document.entries):
                 part, offset = part + 1, 0
-                self._closed.pop(state.parts[part - 1], None)
         if part < len(state.parts):
             following = state.model_copy(update={"part": part, "offset": offset})
         else:
             following = Checkpoint(phase="changes", since=state.since)
-        return BridgeStep(entries, following.dumps(), baseline=True, more=True)
+        if state.paged:
+            at = state.since
+            entries = [_at(entry, at) for entry in entries] if at is not None else entries
+            return BridgeStep(entries, following.dumps(), more=True)
+        return BridgeStep(entries, following.dumps(), baseline=True, more=True, at=state.since)
 
     async def _part(self, url: str) -> Document:
-        """A Resource List (part) being read page by page: kept while it is read."""
+        """A Resource List (part) being read: kept while it is read."""
         document = self._closed.get(url)
         if document is None:
             document = await self._get(url)
+            if document.md.capability != Capability.RESOURCELIST or document.is_index:
+                raise SourceError(f"{url} is a {document.type}, not a Resource List")
             self._keep(url, document)
         return document
 
@@ -190,7 +223,7 @@ class ResourceSyncBridge:
         refs = await self._lists()
         plan = route(refs, state)
         if plan.problem:
-            self._problem(plan.problem)
+            self._regression(plan.problem)
         place, seen = state.place, state.seen
         out: list[Entry] = []
         more = False
@@ -199,7 +232,7 @@ class ResourceSyncBridge:
             if position == 0 and plan.resume_place and place is not None:
                 resumed = resume_in(items, place, seen)
                 if resumed.problem:
-                    self._problem(resumed.problem)
+                    self._regression(resumed.problem)
                 start = resumed.index
             elif seen is not None:
                 start = after_time(items, seen.time) if not plan.resume_place else 0
@@ -217,6 +250,9 @@ class ResourceSyncBridge:
                     out.append(entry)
             if more:
                 break
+        if not more:
+            current = self._documents.get(plan.lists[-1].url) if plan.lists else None
+            self.synced_through = _synced(current, seen, state.since)
         if not out and place == state.place and seen == state.seen:
             return None
         following = state.model_copy(update={"place": place, "seen": seen})
@@ -228,18 +264,22 @@ class ResourceSyncBridge:
         """The entry to republish for ``item`` (None: reported or before the baseline), and
         the last entry seen after it."""
         if item.problem is not None:
-            self._problem(item.problem)
+            self._note(item.problem)
             return None, seen
-        if seen is None and since is not None and item.time < since and not item.placed:
-            return None, seen  # the baseline already holds it (§12.1: lists overlap the list)
-        if seen is not None and item.time < seen.time:
-            if not item.placed:
-                self._problem(
-                    f"{item.entry.loc}: the remote went back in time ({item.entry.change} at "
-                    f"{item.time.isoformat()}, after {seen.time.isoformat()}); not republished"
-                )
-                return None, seen
-            item = Placed(item.entry, seen.time, placed=True)
+        floor = seen.time if seen is not None else since
+        if floor is None or item.time >= floor:
+            return with_time(item), item.seen
+        if seen is None and not item.placed:
+            return None, seen  # before the baseline's `at`: the Resource List holds it
+        if not item.placed:
+            self._regression(
+                f"{item.entry.loc}: the remote went back in time ({item.entry.change} at "
+                f"{item.time.isoformat()}, after {floor.isoformat()}); not republished"
+            )
+            return None, seen
+        # Placed by its list before what was republished already: the earliest time the
+        # order allows now is that of the last change.
+        item = Placed(item.entry, floor, placed=True)
         return with_time(item), item.seen
 
     # --- reading ----------------------------------------------------------------------------
@@ -247,7 +287,7 @@ class ResourceSyncBridge:
     async def _discover(self) -> TopicEndpoints:
         if self._endpoints is None:
             self._endpoints = await discover(
-                self.client, self.url, self.topic, max_bytes=MAX_DISCOVERY_BYTES
+                self.client, self.url, None, max_bytes=self.reader.max_bytes
             )
         return self._endpoints
 
@@ -342,9 +382,30 @@ class ResourceSyncBridge:
         assert document is not None  # unconditional
         return document
 
-    def _problem(self, problem: str) -> None:
+    def _note(self, note: str) -> None:
+        """Something the operator should know (the step's notes: log and status)."""
         self.problems += 1
-        self.report(problem)
+        self._notes.append(note)
+
+    def _regression(self, problem: str) -> None:
+        """The remote lost history or went back in time: raised once, then a note."""
+        self._regressions.append(problem)
+        self._note(problem)
+
+
+def _synced(current: Document | None, seen: Seen | None, since: datetime | None) -> datetime | None:
+    """Caught up: the time the open list says it was written (``at``), else its ``until``,
+    else the last change's time, else the baseline's."""
+    if current is not None and (current.md.at or current.md.until):
+        return current.md.at or current.md.until
+    return since if seen is None else seen.time
+
+
+def _at(entry: Entry, at: datetime) -> Entry:
+    """A Resource List entry as a change at the list's time (its change type is the hub's:
+    created, or updated when the topic holds the URI)."""
+    md = entry.md or Metadata()
+    return entry.model_copy(update={"md": md.model_copy(update={"datetime": at})})
 
 
 def _listed(base: str, capabilities: Document, capability: Capability) -> str | None:

@@ -69,6 +69,8 @@ class Checkpoint(BaseModel):
     part: int = 0
     offset: int = 0
     """Baseline: entries of ``parts[part]`` already republished."""
+    paged: bool = False
+    """Baseline: too large for one step, republished as changes at ``since``."""
     place: ListPlace | None = None
     seen: Seen | None = None
 
