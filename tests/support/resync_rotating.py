@@ -76,13 +76,16 @@ class RotatingSource:
         self.open = _List(OPEN_LIST if index else CHANGE_LIST, self.at)
         self._write_resource_list()
         origin.put_document(SOURCE_DESCRIPTION, self._xml(self._source_description()))
-        self._publish()
+        self.publish()
 
     def uri(self, path: str) -> str:
         return self.origin.uri(path)
 
-    def change(self, path: str, change: str, content: bytes | None = None) -> None:
-        """Apply one change on the origin and add it to the open list."""
+    def change(
+        self, path: str, change: str, content: bytes | None = None, *, publish: bool = True
+    ) -> None:
+        """Apply one change on the origin and add it to the open list (served at once
+        unless ``publish`` is False: :meth:`publish` serves a batch)."""
         when = self.origin.clock.next()
         entry = Resource(uri=self.uri(path), change=change)
         timed = not self.timeless and (self.spec_version == "1.1" or change != "deleted")
@@ -102,9 +105,10 @@ class RotatingSource:
             entry.mime_type = RESOURCE_TYPE
         self.open.entries.append(entry)
         self.log.append((self.uri(path), change))
-        self._publish()
+        if publish:
+            self.publish()
 
-    def rotate(self) -> None:
+    def rotate(self, *, publish: bool = True) -> None:
         """Close the open list into the archive (and index) and open an empty one."""
         until = self.origin.clock.next()
         number = len(self.closed) + 1
@@ -112,16 +116,18 @@ class RotatingSource:
         self.closed.append(closed)
         self.origin.put_document(closed.path, self._xml(self._change_list(closed)))
         self.open = _List(self.open.path, until)
-        self._publish()
+        if publish:
+            self.publish()
 
     def forget_history(self) -> None:
         """Drop every closed list (a Source that lost its archive)."""
         self.closed.clear()
-        self._publish()
+        self.publish()
 
     # --- documents ----------------------------------------------------------------------
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
+        """Serve the lists, the archive, the index and the Capability List as they are."""
         self.origin.put_document(self.open.path, self._xml(self._change_list(self.open)))
         archive = ChangeListArchive(
             md={"from": self.at}, ln=[{"rel": "up", "href": self.uri(CAPABILITY_LIST)}]
