@@ -378,6 +378,11 @@ class TopicStore:
     async def incr_bridge_status(self, topic: str, field: str, by: int) -> None:
         await self.redis.hincrby(self.keys(topic).bridge_status, field, by)
 
+    async def state_uris(self, topic: str) -> set[str]:
+        """The URIs of the topic's current state."""
+        keys: Any = await self.redis.hkeys(self.keys(topic).state)
+        return {k.decode() for k in keys}
+
     async def state_entries(self, topic: str, locs: list[str]) -> dict[str, str]:
         """The current Resource List entries of ``locs`` (absent URIs are left out)."""
         if not locs:

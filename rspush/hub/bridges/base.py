@@ -39,7 +39,8 @@ Failures: a bridge raises :class:`BridgeError` for what the remote did wrong or 
 now (HTTP errors, timeouts, unparsable responses); the runner backs off with jitter (honouring
 ``retry_after``) and retries with the same checkpoint. :class:`RemoteRegression` is for a
 remote that went back in time or lost history: reported in the status and metrics, then
-handled as the bridge decides (it may return a step that restarts its listing).
+handled as the bridge decides: it may raise it (the step is retried) or return a step that
+copes and lists what happened in ``regressions`` (counted and shown the same way).
 A bridge keeps :attr:`synced_through` (the remote's time through which every change has been
 bridged, when the remote says it; None otherwise) so the runner can report the lag behind
 the remote.
@@ -67,6 +68,9 @@ class BridgeStep:
     more: bool = False
     notes: list[str] = field(default_factory=list)
     """Things an operator should know about this step (logged and shown in the status)."""
+    regressions: list[str] = field(default_factory=list)
+    """The remote went back in time or lost history, and the step copes (re-reads more):
+    counted as ``regression`` errors and shown, but the step is committed."""
     at: datetime | None = None
     """With ``baseline``: the remote's time of the Resource List (its ``at``), the topic's
     seed time; the remote's changes after it then follow in order. None: the hub's clock."""
@@ -88,6 +92,13 @@ class Bridge(Protocol):
     synced_through: datetime | None
 
     async def step(self, checkpoint: str | None) -> BridgeStep | None: ...
+
+
+class TopicView(Protocol):
+    """What a bridge may read of its topic: the URIs its state holds (a bridge that has an
+    attribute ``topic_view`` gets one from the runner before its first step)."""
+
+    async def uris(self) -> set[str]: ...
 
 
 class BridgeKind(Protocol):

@@ -23,9 +23,9 @@ The checkpoint (:class:`.rs_position.Checkpoint`) is a place in the remote's lis
 time, so a list that closed and moved into the index or archive between two polls is read
 to its end before the next one (the reference client loses those entries), and a re-read
 never republishes an entry. What the remote does wrong — a list rewritten, history lost, a
-time going backwards — raises :class:`.base.RemoteRegression` once (the runner counts it in
-the status and ``/metrics``), then the same step goes on past it with the problem as a note;
-an entry nothing places in time is a note. None of it ends the bridge. What cannot be read
+time going backwards — is listed in the step's ``regressions`` (the runner counts them in
+the status and ``/metrics``) and the step goes on past it; an entry nothing places in time
+is a note. None of it ends the bridge. What cannot be read
 now (a 5xx, the network, a deadline, a document that is not ResourceSync) raises
 :class:`.base.BridgeError` for the runner to back off on.
 
@@ -51,7 +51,7 @@ from rspush.remote.links import join_url
 from rspush.remote.reader import DocumentReader
 from rspush.resourcesync import Capability, Document, Entry, Metadata
 
-from .base import BridgeError, BridgeStep, RemoteRegression
+from .base import BridgeError, BridgeStep
 
 if TYPE_CHECKING:
     from ..settings import BridgeConfig
@@ -100,9 +100,6 @@ class ResourceSyncBridge:
         """Problems reported so far."""
         self._notes: list[str] = []
         self._regressions: list[str] = []
-        self._raised: set[str] = set()
-        """Regressions already raised once (:class:`.base.RemoteRegression`): the same step
-        tried again goes on, with them as notes."""
         self._endpoints: TopicEndpoints | None = None
         self._documents: dict[str, Document] = {}
         """Conditionally read documents, by URL: the copy a ``304`` confirms."""
@@ -116,9 +113,9 @@ class ResourceSyncBridge:
     async def step(self, checkpoint: str | None) -> BridgeStep | None:
         """The next entries after ``checkpoint`` (None: start with the baseline), or None
         when the remote has nothing new. What cannot be read now raises
-        :class:`.base.BridgeError`; a remote that lost history or went back in time raises
-        :class:`.base.RemoteRegression` once (reported in the status and metrics), then the
-        same step goes on past it with the problem as a note."""
+        :class:`.base.BridgeError`; a remote that lost history or went back in time is in
+        the step's ``regressions`` (counted and shown by the runner) and the step goes on
+        past it."""
         self._notes, self._regressions = [], []
         step: BridgeStep | None
         try:
@@ -134,12 +131,12 @@ class ResourceSyncBridge:
             raise BridgeError(str(exc)) from None
         except ValidationError:
             raise BridgeError("the stored checkpoint is not one this bridge wrote") from None
-        fresh = [r for r in self._regressions if r not in self._raised]
-        if fresh:
-            self._raised.update(fresh)
-            raise RemoteRegression("; ".join(fresh))
-        if step is not None and self._notes:
-            step = replace(step, notes=[*step.notes, *self._notes])
+        if step is not None and (self._notes or self._regressions):
+            step = replace(
+                step,
+                notes=[*step.notes, *self._notes],
+                regressions=[*step.regressions, *self._regressions],
+            )
         return step
 
     # --- baseline -------------------------------------------------------------------------
@@ -388,9 +385,9 @@ class ResourceSyncBridge:
         self._notes.append(note)
 
     def _regression(self, problem: str) -> None:
-        """The remote lost history or went back in time: raised once, then a note."""
+        """The remote lost history or went back in time (the step's ``regressions``)."""
+        self.problems += 1
         self._regressions.append(problem)
-        self._note(problem)
 
 
 def _synced(current: Document | None, seen: Seen | None, since: datetime | None) -> datetime | None:

@@ -75,6 +75,15 @@ class BridgeFigures:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class StoreTopicView:
+    def __init__(self, store: TopicStore, topic: str) -> None:
+        self.store = store
+        self.topic = topic
+
+    async def uris(self) -> set[str]:
+        return await self.store.state_uris(self.topic)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -106,6 +115,8 @@ class BridgeRunner:
         if bridge is None:
             self.http = BridgeHttp(timeout_s=config.timeout_s, max_bytes=config.max_bytes)
             bridge = bridge_kind(config.kind)(config, self.http)
+        if hasattr(bridge, "topic_view"):
+            bridge.topic_view = StoreTopicView(store, config.topic)
         self.bridge = bridge
         self.figures = BridgeFigures()
         self._stop = asyncio.Event()
@@ -159,6 +170,8 @@ class BridgeRunner:
             return await self._failed("rejected", f"{exc.code}: {exc}", None)
         for note in step.notes:
             log.warning("bridge %s: %s", self.topic, note)
+        for regression in step.regressions:
+            await self._failed("regression", regression, None)
         accepted = int(receipt.get("accepted") or receipt.get("seeded") or 0)
         self.figures.steps += 1
         self.metrics.bridge_steps.labels(self.topic).inc()
