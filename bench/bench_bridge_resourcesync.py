@@ -247,8 +247,8 @@ async def bridge_catch_up(url: str, step_entries: int) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "records_per_s": round(changes / elapsed),
         "cpu_s": round(time.process_time() - cpu, 2),
-        "requests": bridge.reader.requests,
-        "not_modified": bridge.reader.not_modified,
+        "requests": bridge.requests,
+        "not_modified": bridge.not_modified,
     }
 
 

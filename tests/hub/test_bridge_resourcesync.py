@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from rspush.hub.bridges.base import BridgeStep
+from rspush.hub.bridges.base import BridgeError, BridgeStep
 from rspush.hub.bridges.http import BridgeHttp
 from rspush.hub.bridges.resourcesync import ResourceSyncBridge
 from rspush.hub.settings import BridgeConfig
@@ -199,10 +199,10 @@ async def test_an_unchanged_source_costs_conditional_gets_only() -> None:
         async with following(source.uri(CAPABILITY_LIST)) as follower:
             await follower.poll()
             bridge = follower.bridge
-            requests, unchanged = bridge.reader.requests, bridge.reader.not_modified
+            requests, unchanged = bridge.requests, bridge.not_modified
             assert await follower.poll() == []
-            asked = bridge.reader.requests - requests
-            assert asked > 0 and bridge.reader.not_modified - unchanged == asked
+            asked = bridge.requests - requests
+            assert asked > 0 and bridge.not_modified - unchanged == asked
     assert origin.requests[RESOURCE_LIST] == 1
 
 
@@ -264,3 +264,33 @@ async def test_a_resource_list_larger_than_a_step_becomes_changes_at_its_at() ->
     assert all(e.md is not None and e.md.change is None for e in paged)
     assert [(e.loc, e.md.change if e.md else None) for e in changes] == source.log
     assert any("max_changes_per_step" in p for p in follower.problems)
+
+
+async def test_a_source_that_cannot_answer_is_retried_from_the_same_checkpoint() -> None:
+    async with running_source() as origin:
+        source = RotatingSource(origin, RESOURCES)
+        async with following(source.uri(CAPABILITY_LIST)) as follower:
+            await follower.poll()
+            source.change("/a.txt", "created", b"a")
+            origin.unavailable[CAPABILITY_LIST] = 1  # one 503
+            with pytest.raises(BridgeError, match="503"):
+                await follower.bridge.step(follower.checkpoint)
+            assert [e.loc for e in await follower.poll()] == [origin.uri("/a.txt")]
+
+
+async def test_a_document_over_the_size_cap_is_refused() -> None:
+    async with running_source() as origin:
+        source = RotatingSource(origin, RESOURCES)
+        for n in range(40):
+            source.change(f"/big/{n}.txt", "created", b"x" * n)
+        config = BridgeConfig(
+            topic="t", kind="resourcesync", url=source.uri(CAPABILITY_LIST), max_bytes=4096
+        )
+        http = BridgeHttp(timeout_s=config.timeout_s, max_bytes=config.max_bytes)
+        try:
+            bridge = ResourceSyncBridge(config, http)
+            checkpoint = (await bridge.step(None) or pytest.fail("no baseline")).checkpoint
+            with pytest.raises(BridgeError, match="over 4096 bytes"):
+                await bridge.step(checkpoint)
+        finally:
+            await http.aclose()

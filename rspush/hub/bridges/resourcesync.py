@@ -29,8 +29,10 @@ is a note. None of it ends the bridge. What cannot be read
 now (a 5xx, the network, a deadline, a document that is not ResourceSync) raises
 :class:`.base.BridgeError` for the runner to back off on.
 
-Reads: every document through :class:`~rspush.remote.reader.DocumentReader` (size cap,
-gzip, deadlines); the Capability List, archives, indexes and the open list are conditional
+Reads: discovery is :func:`rspush.remote.discovery.discover` (shared with the Destination
+agent); every document is read through the bridge's HTTP client (:mod:`.http`: size cap,
+gzip under the inflation caps, timeouts, ``Retry-After``) and parsed by the one hardened
+parser; the Capability List, archives, indexes and the open list are conditional
 GETs (ETag / Last-Modified), so a poll of an unchanged Source costs a few ``304``s; a closed
 list, which does not change (§12.1), is read once while it is needed.
 """
@@ -44,12 +46,17 @@ from typing import TYPE_CHECKING, Final
 
 from pydantic import ValidationError
 
-from rspush.remote.deadlines import TransferLimits
 from rspush.remote.discovery import TopicEndpoints, discover
 from rspush.remote.errors import RemoteError, SourceError
 from rspush.remote.links import join_url
-from rspush.remote.reader import DocumentReader
-from rspush.resourcesync import Capability, Document, Entry, Metadata
+from rspush.resourcesync import (
+    Capability,
+    Document,
+    DocumentError,
+    Entry,
+    Metadata,
+    parse_document,
+)
 
 from .base import BridgeError, BridgeStep
 
@@ -88,12 +95,12 @@ class ResourceSyncBridge:
     def __init__(self, config: BridgeConfig, http: BridgeHttp) -> None:
         self.url = config.url
         self.max_entries = config.max_changes_per_step
-        self.client = http.client
-        self.reader = DocumentReader(
-            self.client,
-            max_bytes=config.max_bytes,
-            limits=TransferLimits(grace=config.timeout_s, total=max(config.timeout_s * 10, 60)),
-        )
+        self.http = http
+        self.max_bytes = config.max_bytes
+        self.requests = 0
+        """GETs of Source documents (discovery left out)."""
+        self.not_modified = 0
+        """…of which answered ``304 Not Modified``."""
         self.synced_through: datetime | None = None
         """When caught up: the remote's time through which every change is bridged."""
         self.problems = 0
@@ -284,7 +291,7 @@ class ResourceSyncBridge:
     async def _discover(self) -> TopicEndpoints:
         if self._endpoints is None:
             self._endpoints = await discover(
-                self.client, self.url, None, max_bytes=self.reader.max_bytes
+                self.http.client, self.url, None, max_bytes=self.max_bytes
             )
         return self._endpoints
 
@@ -360,24 +367,34 @@ class ResourceSyncBridge:
     async def _fresh(self, url: str) -> Document:
         """``url`` read with a conditional GET: the copy held when it has not changed."""
         self._polled.add(url)
-        document = await self.reader.get(url, conditional=True)
+        document = await self._read(url, conditional=True)
         if document is None:
+            self.not_modified += 1
             held = self._documents.get(url)
-            if held is not None:
-                return held
-            self.reader.forget(url)
-            return await self._get(url)
+            # Validators of a document no longer held (a list that closed): read it again.
+            return held if held is not None else await self._get(url)
         if document.md.capability != Capability.CHANGELIST or document.md.until is None:
             self._documents[url] = document  # open lists, indexes, archives: polled
         else:
             self._documents.pop(url, None)
-            self.reader.forget(url)
         return document
 
     async def _get(self, url: str) -> Document:
-        document = await self.reader.get(url)
+        document = await self._read(url, conditional=False)
         assert document is not None  # unconditional
         return document
+
+    async def _read(self, url: str, *, conditional: bool) -> Document | None:
+        """The document at ``url`` through the bridge's HTTP client (size cap, gzip,
+        timeouts, ``Retry-After``, validators); None for a ``304``."""
+        self.requests += 1
+        fetched = await self.http.get(url, conditional=conditional)
+        if fetched is None:
+            return None
+        try:
+            return parse_document(fetched.content, max_bytes=self.max_bytes)
+        except DocumentError as exc:
+            raise SourceError(f"{url}: {exc}") from None
 
     def _note(self, note: str) -> None:
         """Something the operator should know (the step's notes: log and status)."""
