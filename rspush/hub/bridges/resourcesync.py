@@ -59,11 +59,6 @@ from rspush.resourcesync import (
 )
 
 from .base import BridgeError, BridgeStep
-
-if TYPE_CHECKING:
-    from ..settings import BridgeConfig
-    from .http import BridgeHttp
-
 from .rs_position import (
     Checkpoint,
     ListPlace,
@@ -77,6 +72,10 @@ from .rs_position import (
     route,
     with_time,
 )
+
+if TYPE_CHECKING:
+    from ..settings import BridgeConfig
+    from .http import BridgeHttp
 
 MAX_ARCHIVE_PARTS: Final = 10_000
 """Lists or archive parts one archive may name; more is refused as hostile or broken."""
