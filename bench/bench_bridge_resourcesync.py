@@ -281,11 +281,11 @@ async def bridged(client: httpx.AsyncClient, hub: Hub) -> int:
     """The changes the topic holds (its stream's length on ``/status``). Not the
     ``rspush_bridge_changes_total`` counter: a step whose commit reached Redis but whose
     answer timed out is committed (the retry finds the checkpoint moved) yet not counted."""
-    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
         reply = await client.get(f"{hub.base}/status", headers={"Accept": "application/json"})
         for topic in reply.json()["topics"]:
             if topic["name"] == TOPIC:
-                return int(topic["stream_length"])
+                return int(topic["stream_length"] or 0)
     return 0
 
 

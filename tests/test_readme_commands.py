@@ -113,7 +113,8 @@ def test_help_is_plain_text(command: tuple[str, ...]) -> None:
 
 def test_bracketed_words_survive_in_help() -> None:
     text = help_of("rs-hub", "serve")
-    assert "TOML file with [hub], topics, sources." in text
+    assert "TOML file with [hub], topics, sources, bridges." in text
+    assert "[[bridges]] in the config" in text
     assert "[hub] base_url" in text
 
 

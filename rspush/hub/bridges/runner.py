@@ -140,6 +140,7 @@ class BridgeRunner:
         if not await self.store.acquire_bridge_lease(self.topic, self.token, self.lease_ttl_ms):
             return LEASE_POLL_S
         state = await self.store.bridge_state(self.topic)
+        keeper = asyncio.create_task(self._keep_lease(), name=f"rspush-bridge-lease-{self.topic}")
         try:
             step = await self.bridge.step(state.checkpoint)
         except BridgeError as exc:
@@ -148,6 +149,10 @@ class BridgeRunner:
         except Exception as exc:
             log.exception("bridge %s: step failed", self.topic)
             return await self._failed("internal", type(exc).__name__, None)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await keeper
         if step is None:
             await self._succeeded(0)
             return self.config.interval_s
@@ -178,6 +183,14 @@ class BridgeRunner:
         self.metrics.bridge_changes.labels(self.topic).inc(accepted)
         await self._succeeded(accepted, notes=step.notes)
         return 0.0 if step.more else self.config.interval_s
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease while a step waits on the remote (which may take the HTTP timeouts,
+        longer than the lease): another process would only redo the step's reading."""
+        while True:
+            await asyncio.sleep(self.lease_ttl_ms / 3000)
+            with contextlib.suppress(Exception):
+                await self.store.acquire_bridge_lease(self.topic, self.token, self.lease_ttl_ms)
 
     async def _succeeded(self, accepted: int, *, notes: list[str] | None = None) -> None:
         now = self.clock()
