@@ -404,6 +404,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results["bridge"] = catch
                 results["bare_parse_records_per_s"] = round(parsed)
                 results["bridge_over_parse"] = round(catch["records_per_s"] / parsed, 3)
+                log("bridge alone: %s; bare parse %s records/s", catch, round(parsed))
             if phases & {"hub", "latency"}:
                 results["load_hub"] = [round(v, 2) for v in os.getloadavg()]
                 log("hub catch-up")
@@ -416,6 +417,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     through["hub_cpu_s"] = round(cpu_s(hub.pid) - cpu["hub"], 2)
                     through["server_cpu_s"] = round(cpu_s(server.pid) - cpu["server"], 2)
                     results["hub"] = through
+                    log("through the hub: %s", through)
                     if "bridge" in results:
                         results["hub_over_bridge"] = round(
                             through["records_per_s"] / results["bridge"]["records_per_s"], 3
