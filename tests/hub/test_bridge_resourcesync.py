@@ -4,6 +4,7 @@ polls (archive and index layouts), with and without entry times, ResourceSync 1.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,10 +21,12 @@ from tests.support.etag_origin import running_source
 from tests.support.resync_rotating import (
     CAPABILITY_LIST,
     CHANGE_LIST,
+    OPEN_LIST,
     RESOURCE_LIST,
     SOURCE_DESCRIPTION,
     RotatingSource,
 )
+from tests.support.waiting import eventually
 
 RESOURCES = {f"/r/{n}.txt": f"resource {n}".encode() for n in range(5)}
 
@@ -294,3 +297,24 @@ async def test_a_document_over_the_size_cap_is_refused() -> None:
                 await bridge.step(checkpoint)
         finally:
             await http.aclose()
+
+
+async def test_a_rotation_between_reading_the_index_and_the_list_is_read_again() -> None:
+    async with running_source() as origin:
+        source = RotatingSource(origin, RESOURCES, index=True)
+        async with following(source.uri(CAPABILITY_LIST)) as follower:
+            await follower.poll()
+            source.change("/a.txt", "created", b"a")
+            # The next poll reads the index, then waits for the open list; meanwhile the
+            # Source closes that list and starts a new one at the same URL.
+            gate = origin.hold(OPEN_LIST)
+            polling = asyncio.create_task(follower.poll())
+            await eventually(lambda: OPEN_LIST in origin.waiting, "the held open list")
+            source.change("/b.txt", "created", b"b")
+            source.rotate()
+            source.change("/a.txt", "deleted")
+            gate.set()
+            await polling
+            await follower.poll()
+    assert follower.log == source.log
+    assert follower.regressions == []

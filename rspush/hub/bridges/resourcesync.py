@@ -81,6 +81,8 @@ MAX_ARCHIVE_PARTS: Final = 10_000
 """Lists or archive parts one archive may name; more is refused as hostile or broken."""
 MAX_ARCHIVE_DEPTH: Final = 2
 """Archive indexes nested deeper than this are refused."""
+MAX_REREADS: Final = 3
+"""Fresh listings one step tries when the Source rotates its lists while they are read."""
 KEPT_LISTS: Final = 4
 """Closed Change Lists kept parsed between steps (a catch-up reads them in order)."""
 
@@ -222,6 +224,20 @@ class ResourceSyncBridge:
     # --- changes --------------------------------------------------------------------------
 
     async def _changes(self, state: Checkpoint) -> BridgeStep | None:
+        """:meth:`_changes_once`, again from a fresh listing when a list changed between
+        reading the index (or archive) that names it and reading the list itself."""
+        notes, regressions = len(self._notes), len(self._regressions)
+        for _ in range(MAX_REREADS):
+            try:
+                return await self._changes_once(state)
+            except _ListMoved:
+                del self._notes[notes:], self._regressions[regressions:]
+        raise BridgeError(
+            f"the Source's Change Lists changed under every one of {MAX_REREADS} reads; "
+            "trying again later"
+        )
+
+    async def _changes_once(self, state: Checkpoint) -> BridgeStep | None:
         self._polled.clear()
         refs = await self._lists()
         plan = route(refs, state)
@@ -345,6 +361,15 @@ class ResourceSyncBridge:
         if document.md.capability != Capability.CHANGELIST or document.is_index:
             raise SourceError(f"{ref.url} is a {document.type}, not a Change List")
         self._keep(ref.url, document)
+        md = document.md
+        if (
+            (ref.start is not None and md.from_ != ref.start)
+            or (ref.until is not None and md.until != ref.until)
+            or (ref.until is None and md.until is not None)
+        ):
+            # The index said otherwise a moment ago: the Source rotated its lists in
+            # between (a new open list at the same URL, or this one closed).
+            raise _ListMoved(ref.url)
         return document
 
     def _placed(self, url: str, document: Document) -> list[Placed]:
@@ -404,6 +429,10 @@ class ResourceSyncBridge:
         """The remote lost history or went back in time (the step's ``regressions``)."""
         self.problems += 1
         self._regressions.append(problem)
+
+
+class _ListMoved(Exception):
+    """A Change List is not the one its index or archive described when it was read."""
 
 
 def _synced(current: Document | None, seen: Seen | None, since: datetime | None) -> datetime | None:
