@@ -62,6 +62,9 @@ async def test_the_bridged_topic_mirrors_the_source(
         )
         dest = tmp_path / "mirror"
         async with running_hub(settings, sock=sock) as hub:
+            # The seed is state without change events: a Destination that baselined the
+            # still empty topic before it would never hear of the seeded resources.
+            await eventually(lambda: seeded(hub.url), "the bridge's seed", 30)
             args = [hub.url, "--dest", str(dest), "--topic", TOPIC, "--map", f"{origin.url}/="]
             async with running(tmp_path, *args, "--poll-interval", "0.1") as agent:
 
@@ -79,6 +82,12 @@ async def test_the_bridged_topic_mirrors_the_source(
                 await agent.until(same, "the mirror to follow the Source's changes")
     assert mirror_files(dest)["/new.txt"] == b"newer"
     assert "/r/2.txt" not in mirror_files(dest)
+
+
+async def seeded(hub_url: str) -> bool:
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.get(f"{hub_url}/topics/{TOPIC}/resourcelist.xml")
+        return reply.is_success and len(parse_document(reply.content).entries) >= len(RESOURCES)
 
 
 # --- kill -9 during the catch-up ------------------------------------------------------------
