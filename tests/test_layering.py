@@ -4,6 +4,9 @@ with ``ast``, nothing is imported):
 - ``rspush.resourcesync`` imports no other rspush package;
 - ``rspush.protocol`` imports only the standard library (none of its I/O modules), pydantic
   and ``rspush.resourcesync``: it is sans-I/O, shared by both ends;
+- ``rspush.remote`` (reading a remote Source: discovery, documents) imports only
+  ``rspush.protocol`` and ``rspush.resourcesync``, never the hub or the subscriber, which
+  both may import it;
 - ``rspush.hub`` and ``rspush.subscriber`` never import each other;
 - ``rspush.source`` (``rs-publish``, base install) imports only ``rspush.resourcesync``;
 
@@ -49,8 +52,9 @@ PROTOCOL_THIRD_PARTY = frozenset({"pydantic", "pydantic_core", "typing_extension
 ALLOWED_RSPUSH = {
     "resourcesync": {"resourcesync"},
     "protocol": {"protocol", "resourcesync"},
-    "hub": {"hub", "protocol", "resourcesync"},
-    "subscriber": {"subscriber", "protocol", "resourcesync"},
+    "remote": {"remote", "protocol", "resourcesync"},
+    "hub": {"hub", "remote", "protocol", "resourcesync"},
+    "subscriber": {"subscriber", "remote", "protocol", "resourcesync"},
     "source": {"source", "resourcesync"},
 }
 
@@ -136,6 +140,9 @@ def test_the_checker_flags_violations() -> None:
     assert violations("rspush.hub.x", "from rspush.subscriber import agent") != []
     assert violations("rspush.subscriber.x", "import rspush.hub.store") != []
     assert violations("rspush.subscriber.x", "from ..hub.push import server") != []
+    assert violations("rspush.remote.x", "from rspush.subscriber import errors") != []
+    assert violations("rspush.remote.x", "from ..hub import store") != []
+    assert violations("rspush.resourcesync.x", "from ..remote import reader") != []
     # …and lets the allowed imports through.
     allowed = "import json\nfrom pydantic import BaseModel\nfrom rspush.resourcesync import Entry"
     assert violations("rspush.protocol.x", allowed) == []
@@ -146,6 +153,8 @@ def test_the_checker_flags_violations() -> None:
     assert violations("rspush.source.x", "from ..subscriber import mapping") != []
     assert violations("rspush.hub.x", "from rspush.source import publish") != []
     assert violations("rspush.source.x", "from rspush.resourcesync import serialise") == []
+    assert violations("rspush.hub.x", "from rspush.remote.discovery import discover") == []
+    assert violations("rspush.subscriber.x", "from rspush.remote import reader") == []
     _the_checker_flags_violations_in_tests()
 
 

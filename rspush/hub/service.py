@@ -244,6 +244,7 @@ class IngestService:
         *,
         checkpoint: CheckpointSet,
         baseline: bool = False,
+        at: datetime | None = None,
         max_entries: int,
     ) -> dict[str, Any]:
         """A bridge's step (:mod:`.bridges.base`): its changes (or its baseline) and its new
@@ -254,7 +255,9 @@ class IngestService:
         now = self.clock()
         tolerance = timedelta(seconds=limits.future_tolerance_s)
         if baseline:
-            document = Document(md=Metadata(capability=Capability.RESOURCELIST, at=now))
+            # The remote's own time of the baseline when the bridge knows it (a ResourceSync
+            # Resource List's at): its changes after it must not read as going backwards.
+            document = Document(md=Metadata(capability=Capability.RESOURCELIST, at=at or now))
             document = document.model_copy(update={"entries": tuple(entries)})
             seed = await asyncio.to_thread(
                 plan_seed, document, max_entries=max_entries, now=now, future_tolerance=tolerance

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from rspush.protocol import FrameworkFrame, Position, TopicRequest
+from rspush.remote.discovery import TopicEndpoints
 from rspush.resourcesync import Capability, FrameworkChange
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
@@ -48,7 +49,6 @@ from .baseline_summary import BaselineCounts
 from .changelists import ArchiveTooShortError
 from .changes import ChangeType, Channel, Outcome, ResourceChange, from_push
 from .config import USER_AGENT, AgentConfig
-from .discovery import TopicEndpoints
 from .errors import SourceError
 from .mirror import BATCH_CHANGES, EventSink, Mirror
 from .progress import LogReporter, Reporter

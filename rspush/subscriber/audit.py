@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rspush.remote.reader import DocumentReader
+
 from .appliers import FilesystemApplier
 from .baseline import open_resource_list, resource_list_changes
 from .changes import Channel, ResourceChange
@@ -26,7 +28,6 @@ from .errors import SourceError, SubscriberError, UnmappedURIError
 from .fetch import Fetcher, check
 from .mapping import STATE_DIR, UriMap
 from .progress import LogReporter, Reporter
-from .reader import DocumentReader
 from .wiring import fetcher, find_topic, http_client, open_state, uri_map
 
 

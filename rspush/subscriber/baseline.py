@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from rspush.remote.reader import DocumentReader
 from rspush.resourcesync import Capability, Document, Entry
 
 from .changes import Channel, ResourceChange, from_entry
 from .dump import PACKAGE_ERRORS, DumpError, extract_member, open_package, read_manifest
 from .errors import SourceError
 from .fetch import Fetched, Fetcher, check
-from .reader import DocumentReader
 
 log = logging.getLogger("rs_subscribe")
 

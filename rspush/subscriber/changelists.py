@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from rspush.remote.reader import DocumentReader
 from rspush.resourcesync import Capability, Change, Document, FrameworkChange
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .changes import ChangeType, Channel, ResourceChange, from_entry
 from .errors import SourceError
 from .gcpause import gc_paused
-from .reader import DocumentReader
 
 MAX_ARCHIVE_PARTS = 1000
 """An archive index naming more parts than this is refused (a hostile or broken Source)."""

@@ -28,6 +28,8 @@ import typer
 from pydantic import ValidationError
 
 from rspush.protocol import CloseCode, FrameworkFrame, ProtocolError, TopicRequest
+from rspush.remote.deadlines import DEFAULT_GRACE, DEFAULT_MIN_RATE
+from rspush.remote.discovery import discover
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .agent import Agent, AgentConfig
@@ -60,8 +62,6 @@ from .cli_options import (
     TransferGrace,
     build_config,
 )
-from .deadlines import DEFAULT_GRACE, DEFAULT_MIN_RATE
-from .discovery import discover
 from .errors import DiscoveryError, StateLockedError, SubscriberError, TopicNotFound
 from .logs import EventWriter, setup_logging
 from .push import (

@@ -7,7 +7,13 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .deadlines import DEFAULT_DOCUMENT_TOTAL, DEFAULT_GRACE, DEFAULT_MIN_RATE, TransferLimits
+from rspush.remote.deadlines import (
+    DEFAULT_DOCUMENT_TOTAL,
+    DEFAULT_GRACE,
+    DEFAULT_MIN_RATE,
+    TransferLimits,
+)
+
 from .fetch import DEFAULT_MAX_BYTES, DEFAULT_TRIES
 from .filters import ChangeFilter
 from .mapping import STATE_DIR
@@ -52,7 +58,7 @@ class AgentConfig:
     can settle it."""
     transfer_grace: float = DEFAULT_GRACE
     """Seconds a resource or document transfer may take before ``min_rate`` applies
-    (:mod:`rspush.subscriber.deadlines`)."""
+    (:mod:`rspush.remote.deadlines`)."""
     min_rate: float = DEFAULT_MIN_RATE
     """Bytes per second a transfer must average after the grace, or it fails (timed out)."""
     document_timeout: float = DEFAULT_DOCUMENT_TOTAL

@@ -2,8 +2,8 @@
 
 Tree::
 
-    SubscriberError
-    ├── DiscoveryError          the Source could not be discovered (subscriber.discovery)
+    SubscriberError             the same class as rspush.remote.errors.RemoteError
+    ├── DiscoveryError          the Source could not be discovered (remote.discovery)
     │   └── TopicNotFound       the Source lists no topic of that name
     ├── UnmappedURIError        a URI maps outside the destination (or no --map covers it);
     │                           not retryable: the path stays refused
@@ -36,30 +36,28 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rspush.remote.errors import DiscoveryError, RemoteError, SourceError, TopicNotFound
 
-class SubscriberError(Exception):
-    """Root of the agent's errors."""
+__all__ = [
+    "ApplyError",
+    "DiscoveryError",
+    "FetchError",
+    "RedirectRefusedError",
+    "SourceError",
+    "StateLockedError",
+    "SubscriberError",
+    "SupersededError",
+    "TopicNotFound",
+    "UnmappedURIError",
+    "VerificationError",
+]
 
-    retryable: ClassVar[bool] = True
-    """A change that failed with this error is worth retrying later (the agent's periodic
-    retries); False: only a newer change of the resource, or ``audit --repair``, settles it."""
-
-
-class DiscoveryError(SubscriberError):
-    """The Source could not be discovered; the message says what was missing or tried.
-    ``url`` names the document the problem is about, when there is one; ``transient``: the
-    Source could not be reached or answered 5xx (try again later), else it is a
-    configuration error."""
-
-    def __init__(self, message: str, *, url: str | None = None, transient: bool = False) -> None:
-        super().__init__(message)
-        self.url = url
-        self.transient = transient
-
-
-class TopicNotFound(DiscoveryError):
-    """The Source lists no topic of the name asked for (a hub lists a private topic only to
-    its subscribers)."""
+SubscriberError = RemoteError
+"""Root of the agent's errors: the root of :mod:`rspush.remote`'s, so the discovery and
+document errors the agent shares with the hub's bridge are agent errors too. Its
+``retryable``: a change that failed with this error is worth retrying later (the agent's
+periodic retries); False: only a newer change of the resource, or ``audit --repair``,
+settles it."""
 
 
 class UnmappedURIError(SubscriberError):
@@ -97,15 +95,6 @@ class ApplyError(SubscriberError):
 
 class StateLockedError(SubscriberError):
     pass
-
-
-class SourceError(SubscriberError):
-    """A Source document is unusable. ``transient``: it could not be fetched now (network,
-    5xx, a deadline) and may well be there in a moment; else it is wrong as served."""
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
 
 
 class RedirectRefusedError(FetchError):

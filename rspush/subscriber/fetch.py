@@ -12,7 +12,7 @@ describes ``hash`` and ``length`` as those of the representation the URI returns
 any coding in a separate ``encoding`` attribute; a Source that gzips on the fly because a
 client asked does so per request, so what it announces is the uncoded resource.
 
-Every transfer has a deadline (:mod:`rspush.subscriber.deadlines`): a server that trickles is
+Every transfer has a deadline (:mod:`rspush.remote.deadlines`): a server that trickles is
 cut off, the change fails with a timeout reason (retried later, not at once). Redirects are
 followed here, hop by hop, only where :mod:`rspush.subscriber.redirects` allows.
 """
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import httpx
 
+from rspush.remote.deadlines import RateDeadline, TransferLimits
 from rspush.resourcesync.hashes import DigestEncoding
 
 from .changes import ResourceChange
-from .deadlines import RateDeadline, TransferLimits
 from .errors import FetchError, RedirectRefusedError, SupersededError, VerificationError
 from .redirects import MAX_REDIRECTS, RedirectPolicy
 

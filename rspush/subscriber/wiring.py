@@ -13,18 +13,19 @@ from dataclasses import dataclass
 
 import httpx
 
+from rspush.remote.discovery import TopicEndpoints, discover
+from rspush.remote.reader import DocumentReader
+
 from .appliers import Applier, FilesystemApplier, NullApplier
 from .backoff import Backoff
 from .changelists import ChangeLists
 from .changes import Outcome
 from .checkpoint import Checkpoint
 from .config import USER_AGENT, AgentConfig
-from .discovery import TopicEndpoints, discover
 from .errors import DiscoveryError
 from .fetch import Fetcher, clear_temp
 from .mapping import UriMap
 from .mirror import EventSink, Mirror
-from .reader import DocumentReader
 from .redirects import RedirectPolicy
 from .source_auth import source_auth
 from .stopping import sleep_unless_stopped, unless_stopped

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from rspush.hub.server import RunningHub
-from rspush.subscriber.discovery import (
+from rspush.remote.discovery import (
     TopicEndpoints,
     discover,
 )

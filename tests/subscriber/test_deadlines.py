@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from rspush.remote.deadlines import TransferLimits
+from rspush.remote.reader import DocumentReader
 from rspush.subscriber.agent import Agent
-from rspush.subscriber.deadlines import TransferLimits
 from rspush.subscriber.errors import SourceError
-from rspush.subscriber.reader import DocumentReader
 from tests.support.agents import mirror_files
 from tests.support.cli import applied, running, status_of
 from tests.support.raw_servers import RawServer, trickle

@@ -20,7 +20,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rspush.protocol import PUSH_REL
-from rspush.subscriber.discovery import (
+from rspush.remote.discovery import (
     MAX_DISCOVERY_BYTES,
     MAX_HOPS,
     DiscoveryError,
@@ -28,7 +28,7 @@ from rspush.subscriber.discovery import (
     discover,
     source_base_uri,
 )
-from rspush.subscriber.links import (
+from rspush.remote.links import (
     html_resourcesync_links,
     parse_links,
     robots_sitemaps,

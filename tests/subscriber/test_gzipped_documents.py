@@ -12,8 +12,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rspush.remote.reader import DocumentReader
 from rspush.subscriber.errors import SourceError
-from rspush.subscriber.reader import DocumentReader
 from tests.support.agents import converged, running_agent
 from tests.support.origin import running_origin
 from tests.support.static_source import (

@@ -84,6 +84,9 @@ class BridgeStep:
     regressions: list[str] = field(default_factory=list)
     """The remote went back in time or lost history, and the step copes (re-reads more):
     counted as ``regression`` errors and shown, but the step is committed."""
+    at: datetime | None = None
+    """With ``baseline``: the remote's time of the Resource List (its ``at``), the topic's
+    seed time; the remote's changes after it then follow in order. None: the hub's clock."""
 
 
 class BridgeError(Exception):

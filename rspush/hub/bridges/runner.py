@@ -167,6 +167,7 @@ class BridgeRunner:
                 step.changes,
                 checkpoint=CheckpointSet(state.checkpoint, step.checkpoint),
                 baseline=step.baseline,
+                at=step.at,
                 max_entries=self.config.max_changes_per_step,
             )
         except StaleCheckpoint:

@@ -1,6 +1,6 @@
 """Reading a Source's documents over HTTP: size-capped, parsed by the one hardened parser,
 and conditional (ETag / Last-Modified) for the lists the agent polls. Each read has a deadline
-(:mod:`rspush.subscriber.deadlines`); a Source that cannot be reached, answers 5xx (or 408,
+(:mod:`rspush.remote.deadlines`); a Source that cannot be reached, answers 5xx (or 408,
 429) or misses the deadline is a *transient* :class:`SourceError` — try again later — while
 a 4xx or a document that is not ResourceSync is not.
 

@@ -1,6 +1,6 @@
 """Pure parsing for discovery (Z39.99 §6): HTTP ``Link`` headers (RFC 8288), HTML
 ``<link rel="resourcesync">``, ``robots.txt`` ``Sitemap:`` lines, topic names, and the order
-in which candidate URLs for a SOURCE_URL are tried. No I/O: :mod:`rspush.subscriber.discovery`
+in which candidate URLs for a SOURCE_URL are tried. No I/O: :mod:`rspush.remote.discovery`
 fetches and follows."""
 
 from __future__ import annotations

@@ -18,16 +18,16 @@ the same relation in the Capability List's HTTP ``Link`` header (docs/protocol.m
 
 The walk's steps share its state (what was tried, the documents read) and its limits, so
 they stay together in this module (hence its length); the link and page parsing they use is
-in :mod:`rspush.subscriber.links`.
+in :mod:`rspush.remote.links`.
 
 Every fetch is capped (``max_bytes``) and so is every chain of links (``max_hops``), so a
 hostile Source cannot make discovery loop or read without end. All XML goes through
 :func:`rspush.resourcesync.parse_document`; HTML is read with lxml.html, network off, capped.
 
-Errors: everything raised is a :class:`~rspush.subscriber.errors.DiscoveryError` (``url`` names the
+Errors: everything raised is a :class:`~rspush.remote.errors.DiscoveryError` (``url`` names the
 document the problem is about, when there is one). It is *transient* when the Source could
 not be reached, answered 5xx (or 408, 429) or missed a document's deadline
-(:mod:`rspush.subscriber.deadlines`): the agent tries again later. A 4xx on every candidate, or
+(:mod:`rspush.remote.deadlines`): the agent tries again later. A 4xx on every candidate, or
 documents that are not ResourceSync, are a configuration error.
 """
 
