@@ -54,7 +54,9 @@ interval_s = 0.2
 def start_hub(tmp: Path, redis_url: str, prefix: str, repo: OaiRepository) -> HubProcess:
     config = tmp / "hub.toml"
     config.write_text(CONFIG.format(redis_url=redis_url, prefix=prefix, url=repo.base_url))
-    return HubProcess(tmp / "hub.log", "--config", config).start()
+    # One process: a SIGKILL then ends the bridge mid-step (with workers, the parent's death
+    # would stop them gracefully instead).
+    return HubProcess(tmp / "hub.log", "--config", config, "--workers", "1").start()
 
 
 def mirrored(dest: Path) -> dict[tuple[str, str], str]:
