@@ -12,6 +12,14 @@ Lua scripts that append changes and rotate Change Lists touch several of them at
     {prefix}:{topic}:closed:{n}     string: the n-th closed Change List (immutable XML)
     {prefix}:{topic}:idem:{source}/{key}  string: receipt of an idempotent request (expires)
     {prefix}:{topic}:lease          string: the rotation lease holder's token (expires)
+
+WebSub subscriptions (:class:`WebSubKeys`), under their own hash tag: a subscription's keys
+are touched together, never with a topic's.
+
+    {prefix}:{websub}:subs          hash: subscription id -> JSON record
+    {prefix}:{websub}:cursors       hash: subscription id -> "position until_us" delivered
+    {prefix}:{websub}:failing       hash: subscription id -> first failure time (µs)
+    {prefix}:{websub}:lease:{id}    string: the delivering process's token (expires)
 """
 
 from __future__ import annotations
@@ -59,3 +67,29 @@ class TopicKeys:
     @property
     def lease(self) -> str:
         return f"{self._base}:lease"
+
+
+@dataclass(frozen=True, slots=True)
+class WebSubKeys:
+    """The keys of the WebSub subscriptions (all topics)."""
+
+    prefix: str
+
+    @property
+    def _base(self) -> str:
+        return f"{self.prefix}:{{websub}}"
+
+    @property
+    def subscriptions(self) -> str:
+        return f"{self._base}:subs"
+
+    @property
+    def cursors(self) -> str:
+        return f"{self._base}:cursors"
+
+    @property
+    def failing(self) -> str:
+        return f"{self._base}:failing"
+
+    def lease(self, subscription: str) -> str:
+        return f"{self._base}:lease:{subscription}"
