@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from rspush.hub.auth import token_sha256
 from rspush.hub.server import RunningHub, bind, running_hub
 from rspush.hub.settings import Settings
 from rspush.resourcesync import parse_document, validate
@@ -44,27 +45,42 @@ FAST = {
 }
 
 
-def websub_settings(redis_url: str, prefix: str, base_url: str, **websub: Any) -> Settings:
-    """The test hub's settings (:func:`tests.support.hubs.make_settings`) with a WebSub
-    section reaching loopback callbacks and short timers; ``websub`` overrides."""
-    settings = make_settings(redis_url, prefix, base_url)
-    section = {**LOOPBACK_ALLOWED, **FAST, **websub}
-    return Settings.model_validate({**settings.model_dump(), "websub": section})
+def websub_settings(
+    redis_url: str,
+    prefix: str,
+    base_url: str,
+    *,
+    limits: dict[str, Any] | None = None,
+    private: dict[str, list[str]] | None = None,
+    **websub: Any,
+) -> Settings:
+    """The test hub's settings (:func:`tests.support.hubs.make_settings`, with ``limits``)
+    and a WebSub section reaching loopback callbacks with short timers (``websub``
+    overrides). ``private``: subscriber token -> the topics it may read, which become
+    private."""
+    settings = make_settings(redis_url, prefix, base_url, **(limits or {}))
+    data = settings.model_dump()
+    data["websub"] = {**LOOPBACK_ALLOWED, **FAST, **websub}
+    if private:
+        names = {name for topics in private.values() for name in topics}
+        for topic in data["topics"]:
+            topic["private"] = topic["name"] in names
+        data["subscribers"] = [
+            {"name": f"reader{i}", "token_sha256": token_sha256(token), "topics": topics}
+            for i, (token, topics) in enumerate(private.items())
+        ]
+    return Settings.model_validate(data)
 
 
 @asynccontextmanager
 async def websub_hub(
-    redis_url: str, prefix: str, settings: Settings | None = None, **websub: Any
+    redis_url: str, prefix: str, *, port: int = 0, **options: Any
 ) -> AsyncIterator[RunningHub]:
-    """A hub on 127.0.0.1 (port 0) with :func:`websub_settings`."""
-    sock = bind("127.0.0.1", 0)
+    """A hub on 127.0.0.1 (``port``; 0: a free one) with :func:`websub_settings`."""
+    sock = bind("127.0.0.1", port)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    if settings is None:
-        settings = websub_settings(redis_url, prefix, base, **websub)
-    else:
-        settings = Settings.model_validate({**settings.model_dump(), "hub": {"base_url": base}})
-    async with running_hub(settings, sock=sock) as running:
-        yield running
+    async with running_hub(websub_settings(redis_url, prefix, base, **options), sock=sock) as hub:
+        yield hub
 
 
 @dataclass
@@ -102,6 +118,8 @@ class Callback:
     verifications: list[dict[str, str]] = field(default_factory=list)
     notifications: list[Notification] = field(default_factory=list)
     refused_posts: int = 0
+    redirect_to: str | None = None
+    """Answer every request with a 307 to this URL (redirects must not be followed)."""
 
     def url(self, name: str = "cb") -> str:
         return f"{self.base}/{name}"
@@ -118,6 +136,8 @@ class Callback:
     async def _get(self, request: Request) -> Response:
         params = dict(request.query_params)
         self.verifications.append({**params, "path": request.url.path})
+        if self.redirect_to is not None:
+            return Response(status_code=307, headers={"Location": self.redirect_to})
         if params.get("hub.mode") == "denied" or not self.confirm:
             return Response(status_code=200 if params.get("hub.mode") == "denied" else 404)
         return Response(params.get("hub.challenge", ""), media_type="text/plain")
@@ -204,3 +224,11 @@ def delivering(hub: RunningHub) -> int:
 def verifications(hub: RunningHub, outcome: str, mode: str = "subscribe") -> float:
     value: float = hub.hub.metrics.websub_verifications.labels(mode, outcome)._value.get()
     return value
+
+
+def contiguous(notes: list[Notification]) -> bool:
+    """Each notification's ``from`` is the previous one's ``until`` (spec §3)."""
+    spans = [n.span for n in notes]
+    return all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False)) and all(
+        s[0] <= s[1] for s in spans
+    )
