@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import httpx
@@ -89,7 +90,7 @@ class Notification:
     headers: dict[str, str]
     body: bytes
 
-    @property
+    @cached_property
     def document(self) -> Any:
         return parse_document(self.body)
 
