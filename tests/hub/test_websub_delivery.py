@@ -234,3 +234,17 @@ async def test_metrics_show_subscriptions_and_deliveries(redis_url: str, prefix:
         assert 'rspush_websub_deliveries_total{outcome="ok"} 1.0' in text
         assert 'rspush_websub_delivered_changes_total{topic="dataset1"} 1.0' in text
         assert "rspush_websub_lag_seconds_count" in text
+
+
+async def test_status_json_has_websub_figures(redis_url: str, prefix: str) -> None:
+    times = Times()
+    async with running_callback() as cb, websub_hub(redis_url, prefix) as hub:
+        await subscribed(hub, cb)
+        await post_changes(hub, times, "http://e.org/a", "http://e.org/b")
+        await eventually(lambda: len(cb.locs()) == 2, "delivery")
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"{hub.url}/status", headers={"Accept": "application/json"})
+        status = response.json()
+        assert status["process"]["websub_delivering"] == 1
+        row = next(t for t in status["topics"] if t["name"] == "dataset1")
+        assert row["websub_delivered"] == 2
