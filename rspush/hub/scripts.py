@@ -159,8 +159,8 @@ def subscription_lease_call(k: WebSubKeys, subscription: str, *, token: str, ttl
     return Call({"lease": k.lease(subscription)}, {"token": token, "ttl_ms": ttl_ms})
 
 
-def cursor_call(k: WebSubKeys, subscription: str, *, token: str, cursor: str) -> Call:
+def cursor_call(k: WebSubKeys, subscription: str, *, token: str, cursor: str, ttl_ms: int) -> Call:
     return Call(
         {"lease": k.lease(subscription), "subs": k.subscriptions, "cursors": k.cursors},
-        {"id": subscription, "token": token, "cursor": cursor},
+        {"id": subscription, "token": token, "cursor": cursor, "ttl_ms": ttl_ms},
     )

@@ -512,9 +512,14 @@ class TopicStore:
         if await self.redis.get(key) == token.encode():
             await self.redis.delete(key)
 
-    async def advance_cursor(self, subscription: str, token: str, cursor: str) -> bool:
-        """Move the cursor if ``token`` still holds the lease and the subscription exists."""
-        call = scripts.cursor_call(self.websub, subscription, token=token, cursor=cursor)
+    async def advance_cursor(
+        self, subscription: str, token: str, cursor: str, *, ttl_ms: int
+    ) -> bool:
+        """Move the cursor (and renew the lease) if no other process holds the lease and the
+        subscription exists."""
+        call = scripts.cursor_call(
+            self.websub, subscription, token=token, cursor=cursor, ttl_ms=ttl_ms
+        )
         return bool(await self._run(self._cursor, call))
 
     async def failing_since(self, subscription: str, now_us: int) -> int:

@@ -52,7 +52,9 @@ CALLS: dict[str, Callable[[], scripts.Call]] = {
     "snapshot": lambda: scripts.snapshot_call(K),
     "lease": lambda: scripts.lease_call(K, token="tok", ttl_ms=1000),
     "trim": lambda: scripts.trim_call(K, min_id="5-0"),
-    "cursor": lambda: scripts.cursor_call(WebSubKeys("rs"), "s1", token="tok", cursor="1-0 5"),
+    "cursor": lambda: scripts.cursor_call(
+        WebSubKeys("rs"), "s1", token="tok", cursor="1-0 5", ttl_ms=1000
+    ),
 }
 
 

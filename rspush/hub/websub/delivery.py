@@ -27,7 +27,7 @@ import contextlib
 import logging
 import secrets
 import time
-from typing import Any
+from typing import Any, Literal
 
 from rspush.protocol import ZERO, Position
 
@@ -56,6 +56,8 @@ IDLE_WAIT_S = 1.0
 """How long a caught-up task waits for new events before it looks at its record again
 (expiry, unsubscribe)."""
 STORE_RETRY_S = 0.5
+RECORD_REFRESH_S = 1.0
+"""How often a delivering task reads its subscription's record again (renewals, secret)."""
 
 
 class _Stop(Exception):
@@ -155,6 +157,13 @@ class Deliveries:
         """Look for subscriptions to deliver now (one was just verified)."""
         self._poke.set()
 
+    def drop(self, subscription: str) -> None:
+        """Stop delivering a subscription now (this process verified its unsubscribe; other
+        processes notice within :data:`RECORD_REFRESH_S`, and their cursor moves fail)."""
+        task = self.workers.get(subscription)
+        if task is not None:
+            task.cancel()
+
     async def stop(self) -> None:
         self._stop.set()
         if self._scanner is not None:
@@ -230,35 +239,48 @@ class Deliveries:
                     await self.store.release_subscription_lease(sid, self.token)
 
     async def _deliver_loop(self, sid: str) -> None:
+        """Deliver until caught out (unsubscribed, expired, lease lost, given up, stopped).
+
+        While this process holds the lease it is the cursor's only writer, so the cursor is
+        kept here between deliveries; the record (lease, secret, existence) is read again
+        every :data:`RECORD_REFRESH_S`, and a cursor move fails at once on a subscription
+        removed meanwhile."""
         attempt = 0
         clean = False
         renew_at = time.monotonic() + self.config.worker_lease_s / 3
+        refresh_at = 0.0
+        record: Subscription | None = None
+        cursor = Cursor.decode("0-0")
         while not self._stop.is_set():
             try:
-                if time.monotonic() >= renew_at:
+                now = time.monotonic()
+                if now >= renew_at:
                     if not await self.store.acquire_subscription_lease(
                         sid, self.token, self.lease_ms
                     ):
                         return  # another process took over
-                    renew_at = time.monotonic() + self.config.worker_lease_s / 3
-                got = await self.store.subscription(sid)
-                if got is None:
-                    return  # unsubscribed
-                record, cursor = Subscription.from_json(got[0]), Cursor.decode(got[1])
-                if expired(record.expires_us, _now_us()):
-                    await self._remove(sid, record, "expired")
-                    return
-                channel = CHANNELS.get(record.channel)
-                if channel is None or not self._allowed(record):
-                    await self._remove(sid, record, "not-allowed")
-                    return
-                outcome = await self._step(sid, record, cursor, channel)
+                    renew_at = now + self.config.worker_lease_s / 3
+                if record is None or now >= refresh_at:
+                    got = await self.store.subscription(sid)
+                    if got is None:
+                        return  # unsubscribed
+                    record, cursor = Subscription.from_json(got[0]), Cursor.decode(got[1])
+                    refresh_at = now + RECORD_REFRESH_S
+                    if expired(record.expires_us, _now_us()):
+                        await self._remove(sid, record, "expired")
+                        return
+                    if record.channel not in CHANNELS or not self._allowed(record):
+                        await self._remove(sid, record, "not-allowed")
+                        return
+                outcome = await self._step(sid, record, cursor, CHANNELS[record.channel])
             except StoreUnavailable:
                 await self._sleep(STORE_RETRY_S)
                 continue
             if outcome is None:
-                continue  # caught up, or the cursor moved
-            if outcome:
+                continue  # caught up
+            if outcome is not False:
+                cursor = outcome
+                renew_at = time.monotonic() + self.config.worker_lease_s / 3
                 if not clean:
                     await self.store.delivered(sid)
                     clean = True
@@ -274,8 +296,9 @@ class Deliveries:
 
     async def _step(
         self, sid: str, record: Subscription, cursor: Cursor, channel: Channel
-    ) -> bool | None:
-        """One delivery: True delivered, False failed, None nothing to deliver (waited)."""
+    ) -> Cursor | Literal[False] | None:
+        """One delivery: the new cursor once delivered, False when it failed, None when
+        there was nothing to deliver (after waiting a little for new events)."""
         feed = self._feed(record.topic, channel)
         wake = feed.changed
         urls = Urls(self.base_url, record.topic)
@@ -308,12 +331,14 @@ class Deliveries:
         self.metrics.websub_lag.labels(record.topic).observe(
             max(time.time() - batch[-1].position.ms / 1000, 0.0)
         )
-        moved = await self.store.advance_cursor(
-            sid, self.token, Cursor(batch[-1].position, span.until_us).encode()
-        )
-        if not moved:
-            raise _Stop
-        return True
+        return await self._advance(sid, Cursor(batch[-1].position, span.until_us))
+
+    async def _advance(self, sid: str, cursor: Cursor) -> Cursor:
+        if not await self.store.advance_cursor(
+            sid, self.token, cursor.encode(), ttl_ms=self.lease_ms
+        ):
+            raise _Stop  # another process took over, or the subscription is gone
+        return cursor
 
     async def _history_moved(
         self,
@@ -323,17 +348,14 @@ class Deliveries:
         channel: Channel,
         urls: Urls,
         trimmed: tuple[Position, int],
-    ) -> bool:
+    ) -> Cursor | Literal[False]:
         position, time_us = trimmed
         span = interval(cursor.until_us, [time_us])
         if not await self._post(record, urls, channel.moved(urls, span)):
             return False
         self.metrics.websub_history_moved.labels(record.topic).inc()
         log.warning("websub: %s fell behind retention on %s", record.callback, record.topic_uri)
-        moved = Cursor(position, span.until_us).encode()
-        if not await self.store.advance_cursor(sid, self.token, moved):
-            raise _Stop
-        return True
+        return await self._advance(sid, Cursor(position, span.until_us))
 
     async def _post(self, record: Subscription, urls: Urls, body: bytes) -> bool:
         headers = {

@@ -25,7 +25,12 @@ class WebSubHub:
         )
         self.deliveries = Deliveries(settings, store, self.client, metrics)
         self.subscriptions = Subscriptions(
-            settings, store, self.client, metrics, on_subscribed=self.deliveries.poke
+            settings,
+            store,
+            self.client,
+            metrics,
+            on_subscribed=self.deliveries.poke,
+            on_unsubscribed=self.deliveries.drop,
         )
         metrics.websub_delivering.set_function(lambda: len(self.deliveries.workers))
 

@@ -54,6 +54,7 @@ class Subscriptions:
         metrics: HubMetrics,
         *,
         on_subscribed: Callable[[str], None],
+        on_unsubscribed: Callable[[str], None],
     ) -> None:
         self.settings = settings
         self.config = settings.websub
@@ -61,6 +62,7 @@ class Subscriptions:
         self.client = client
         self.metrics = metrics
         self.on_subscribed = on_subscribed
+        self.on_unsubscribed = on_unsubscribed
         self.leases = LeasePolicy(
             self.config.lease_default_s, self.config.lease_min_s, self.config.lease_max_s
         )
@@ -134,6 +136,7 @@ class Subscriptions:
             if not await self._confirmed(request, None):
                 return "refused"
             await self.store.remove_subscription(sid)
+            self.on_unsubscribed(sid)
             log.info("websub: unsubscribed %s from %s", request.callback, request.topic_uri)
             return "verified"
         existing = await self.store.subscription(sid)
