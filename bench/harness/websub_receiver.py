@@ -6,8 +6,8 @@ challenge (verification of intent); a POST (a notification) with 204 once counte
 poster to when it posted) to the receipt.
 
 Spoken to in JSON lines (:class:`harness.system.HelperProcess`): ready ``{"port"}``; commands
-``{"cmd": "stats"}`` (totals, per-path counts, latency samples since the last reset) and
-``{"cmd": "reset"}``.
+``{"cmd": "stats"}`` (totals since the last reset), ``{"cmd": "samples"}`` (the latency
+samples) and ``{"cmd": "reset"}``.
 """
 
 from __future__ import annotations
@@ -81,8 +81,7 @@ class Receiver:
         return {
             "posts": self.posts,
             "changes": sum(self.changes.values()),
-            "per_path": dict(self.changes),
-            "latency_ms": self.latency_ms,
+            "paths": len(self.changes),
             "first": self.first,
             "last": self.last,
         }
@@ -106,6 +105,8 @@ async def main() -> None:
         command = json.loads(line)
         if command["cmd"] == "stats":
             print(json.dumps(receiver.stats()), flush=True)
+        elif command["cmd"] == "samples":
+            print(json.dumps({"latency_ms": receiver.latency_ms}), flush=True)
         elif command["cmd"] == "reset":
             receiver.reset()
             print("{}", flush=True)

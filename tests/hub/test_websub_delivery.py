@@ -248,3 +248,24 @@ async def test_status_json_has_websub_figures(redis_url: str, prefix: str) -> No
         assert status["process"]["websub_delivering"] == 1
         row = next(t for t in status["topics"] if t["name"] == "dataset1")
         assert row["websub_delivered"] == 2
+
+
+async def test_caps_per_topic_and_per_host_deny(redis_url: str, prefix: str) -> None:
+    """Past max_subscriptions_per_topic, then past max_subscriptions_per_host (all topics):
+    the new subscription is denied (hub.mode=denied with a reason); renewals still pass."""
+    async with (
+        running_callback() as cb,
+        websub_hub(
+            redis_url, prefix, max_subscriptions_per_topic=1, max_subscriptions_per_host=2
+        ) as hub,
+    ):
+        await subscribed(hub, cb, "one")
+        response = await subscribe(hub.url, topic(hub), cb.url("two"))
+        assert response.status_code == 202
+        await eventually(lambda: cb.modes("two") == ["denied"], "denied past the topic cap")
+        await subscribed(hub, cb, "one")  # a renewal is not a new subscription
+        response = await subscribe(hub.url, topic(hub, "dataset2"), cb.url("three"))
+        await eventually(lambda: cb.modes("three") == ["subscribe"], "second topic verified")
+        response = await subscribe(hub.url, topic(hub, "dataset2"), cb.url("four"))
+        await eventually(lambda: cb.modes("four") == ["denied"], "denied past the host cap")
+        assert await hub.hub.store.subscription_count() == 2

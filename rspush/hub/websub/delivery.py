@@ -369,7 +369,7 @@ class Deliveries:
         try:
             answer = await self.client.post(record.callback, headers, body)
         except REQUEST_ERRORS as exc:
-            log.info("websub: delivery to %s failed: %s", record.callback, exc)
+            log.info("websub: delivery to %s failed: %r", record.callback, exc)
             self.metrics.websub_deliveries.labels("failed").inc()
             return False
         self.metrics.websub_deliveries.labels("ok" if answer.ok else "failed").inc()

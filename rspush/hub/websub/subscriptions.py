@@ -114,7 +114,7 @@ class Subscriptions:
         try:
             outcome = await self._verify(request, resolved, subscriber)
         except REQUEST_ERRORS as exc:
-            log.info("websub: %s of %s not verified: %s", request.mode, request.callback, exc)
+            log.info("websub: %s of %s not verified: %r", request.mode, request.callback, exc)
         except StoreUnavailable:
             log.warning("websub: %s of %s: store unavailable", request.mode, request.callback)
         except Exception:
