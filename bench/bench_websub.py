@@ -119,7 +119,14 @@ class Bench:
                 "hub.callback": callback,
             }
             async with slots:
-                response = await self.http.post(f"{self.hub.base}/hub", data=form)
+                for attempt in (1, 2, 3):
+                    try:
+                        response = await self.http.post(f"{self.hub.base}/hub", data=form)
+                        break
+                    except httpx.TransportError:
+                        # a keep-alive connection the hub closed as idle: send again
+                        if attempt == 3:
+                            raise
             if response.status_code != 202:
                 raise RuntimeError(f"subscribe: {response.status_code} {response.text[:200]}")
 

@@ -93,6 +93,8 @@ def serve(
     )
     # One line per WebSocket open/close would flood the log on every reconnect wave.
     logging.getLogger("websockets").setLevel(logging.DEBUG if debug else logging.WARNING)
+    # httpx logs every request at INFO, one line per WebSub delivery: only with --debug.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if debug else logging.WARNING)
     try:
         settings = load_settings(
             config,
