@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import httpx
+
 from ..auth import authorise_read, find_holder
 from ..errors import Code, HubError, RequestError, StoreUnavailable
 from ..metrics import HubMetrics
@@ -178,7 +180,12 @@ class Subscriptions:
         params["hub.challenge"] = challenge
         if lease_s is not None:
             params["hub.lease_seconds"] = str(lease_s)
-        answer = await self.client.get(request.callback, params)
+        try:
+            answer = await self.client.get(request.callback, params)
+        except httpx.TransportError:
+            # A pooled connection the callback's server had closed: the GET is idempotent,
+            # so it is sent once more on a fresh connection before the request fails.
+            answer = await self.client.get(request.callback, params)
         if answer.ok and answer.body.strip() == challenge.encode():
             return True
         log.info(
