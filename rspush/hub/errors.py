@@ -19,6 +19,8 @@
     │   ├── ConflictingChange     conflicting-change (+ topic, entry)
     │   ├── TopicHasHistory       topic-has-history (+ topic)
     │   └── IdempotencyKeyReused  idempotency-key-reused
+    ├── SubscriptionRejected      bad-subscription (a WebSub form the hub refuses at once;
+    │                             rspush.hub.websub.subscriptions)
     └── StoreUnavailable          store-unavailable (a fixed message: no internals)
 
 The code (:class:`Code`) is what clients see in the ``error`` member of a JSON error body and
@@ -62,6 +64,7 @@ class Code(StrEnum):
     TOPIC_HAS_HISTORY = "topic-has-history"
     IDEMPOTENCY_KEY_REUSED = "idempotency-key-reused"
     STORE_UNAVAILABLE = "store-unavailable"
+    BAD_SUBSCRIPTION = "bad-subscription"
 
 
 class HubError(Exception):

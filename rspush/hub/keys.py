@@ -19,6 +19,14 @@ Lua scripts that append changes and rotate Change Lists touch several of them at
     {prefix}:{topic}:bridge:lease   string: the token of the process running the topic's bridge
     {prefix}:{topic}:bridge:checkpoint  string: the bridge's checkpoint (set with its changes)
     {prefix}:{topic}:bridge:status  hash: the bridge's last success, errors, lag, counters
+
+WebSub subscriptions (:class:`WebSubKeys`), under their own hash tag: a subscription's keys
+are touched together, never with a topic's.
+
+    {prefix}:{websub}:subs          hash: subscription id -> JSON record
+    {prefix}:{websub}:cursors       hash: subscription id -> "position until_us" delivered
+    {prefix}:{websub}:failing       hash: subscription id -> first failure time (µs)
+    {prefix}:{websub}:lease:{id}    string: the delivering process's token (expires)
 """
 
 from __future__ import annotations
@@ -98,3 +106,29 @@ class HubKeys:
     @property
     def description(self) -> str:
         return f"{self.prefix}:framework:description"
+
+
+@dataclass(frozen=True, slots=True)
+class WebSubKeys:
+    """The keys of the WebSub subscriptions (all topics)."""
+
+    prefix: str
+
+    @property
+    def _base(self) -> str:
+        return f"{self.prefix}:{{websub}}"
+
+    @property
+    def subscriptions(self) -> str:
+        return f"{self._base}:subs"
+
+    @property
+    def cursors(self) -> str:
+        return f"{self._base}:cursors"
+
+    @property
+    def failing(self) -> str:
+        return f"{self._base}:failing"
+
+    def lease(self, subscription: str) -> str:
+        return f"{self._base}:lease:{subscription}"

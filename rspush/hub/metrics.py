@@ -132,6 +132,56 @@ class HubMetrics:
             for reason in ("remote", "regression", "rejected", "internal"):
                 self.bridge_errors.labels(topic, reason)
 
+        self.websub_subscriptions = Gauge(
+            "rspush_websub_subscriptions",
+            "Verified WebSub subscriptions (all processes: read from the store)",
+            registry=self.registry,
+        )
+        self.websub_delivering = Gauge(
+            "rspush_websub_delivering",
+            "WebSub subscriptions this process delivers (holds the lease of)",
+            registry=self.registry,
+        )
+        self.websub_verifications = Counter(
+            "rspush_websub_verifications",
+            "WebSub subscription requests by mode and outcome (verified, refused by the "
+            "callback, denied, failed)",
+            ["mode", "outcome"],
+            registry=self.registry,
+        )
+        self.websub_deliveries = Counter(
+            "rspush_websub_deliveries",
+            "Notification POSTs to callbacks, by outcome (ok: a 2xx)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.websub_changes = Counter(
+            "rspush_websub_delivered_changes",
+            "Changes delivered to callbacks with a 2xx (one per change per subscription)",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.websub_lag = Histogram(
+            "rspush_websub_lag_seconds",
+            "Acceptance (stream id time) of a notification's last change to its 2xx",
+            ["topic"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.websub_history_moved = Counter(
+            "rspush_websub_history_moved",
+            "History-moved notifications: a subscription fell behind the stream's retention",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.websub_removed = Counter(
+            "rspush_websub_removed",
+            "WebSub subscriptions removed by the hub, by reason (expired, retries-exhausted, "
+            "not-allowed)",
+            ["reason"],
+            registry=self.registry,
+        )
+
     def declare_topics(self, topics: list[str]) -> None:
         """Export every per-topic series from the start (at 0), not from its first event."""
         for topic in topics:
@@ -141,6 +191,9 @@ class HubMetrics:
             self.changes_sent.labels(topic)
             self.frames_sent.labels(topic)
             self.slow_closes.labels(topic)
+            self.websub_changes.labels(topic)
+        for outcome in ("ok", "failed"):
+            self.websub_deliveries.labels(outcome)
 
     def sent(self, topic: str, subscribers: int, changes: int, lag_s: float) -> None:
         self.frames_sent.labels(topic).inc(subscribers)

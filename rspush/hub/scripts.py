@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .ingest import IngestPlan, SeedPlan
-from .keys import TopicKeys
+from .keys import TopicKeys, WebSubKeys
 
 _PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 """Encodes an append's changes as one argument. ASCII with \\u escapes: the C encoder does it
@@ -250,3 +250,15 @@ def lease_call(k: TopicKeys, *, token: str, ttl_ms: int, key: str | None = None)
 
 def trim_call(k: TopicKeys, *, min_id: str) -> Call:
     return Call({"stream": k.stream, "meta": k.meta}, {"min_id": min_id})
+
+
+def subscription_lease_call(k: WebSubKeys, subscription: str, *, token: str, ttl_ms: int) -> Call:
+    """The lease script on one WebSub subscription's lease key."""
+    return Call({"lease": k.lease(subscription)}, {"token": token, "ttl_ms": ttl_ms})
+
+
+def cursor_call(k: WebSubKeys, subscription: str, *, token: str, cursor: str, ttl_ms: int) -> Call:
+    return Call(
+        {"lease": k.lease(subscription), "subs": k.subscriptions, "cursors": k.cursors},
+        {"id": subscription, "token": token, "cursor": cursor, "ttl_ms": ttl_ms},
+    )

@@ -7,6 +7,7 @@ the defaults below. Limits are named constants, each overridable here.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,9 @@ DEFAULT_FRAMEWORK_PUSH_INTERVAL_S = 0.25
 DEFAULT_GZIP_LEVEL = 1
 DEFAULT_GZIP_IMMUTABLE_LEVEL = 6
 DEFAULT_GZIP_CACHE_BYTES = 64 * 1024 * 1024
+DEFAULT_LEASE_S = 10 * 24 * 3600
+DEFAULT_LEASE_MIN_S = 300
+DEFAULT_LEASE_MAX_S = 2_678_400
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -180,6 +184,65 @@ class Compression(BaseModel):
     """Gzipped bytes kept in memory per hub process (least recently used dropped first)."""
 
 
+class WebSub(BaseModel):
+    """The W3C WebSub hub at ``POST /hub`` (docs/websub.md): subscriptions, leases, delivery
+    and the callback address policy."""
+
+    enabled: bool = True
+    lease_default_s: int = Field(DEFAULT_LEASE_S, ge=1)
+    """Lease granted when a subscription asks for none (WebSub §5.1 ``hub.lease_seconds``)."""
+    lease_min_s: int = Field(DEFAULT_LEASE_MIN_S, ge=1)
+    """Shortest lease granted; the notification spec §4.2 recommends 300 s."""
+    lease_max_s: int = Field(DEFAULT_LEASE_MAX_S, ge=1)
+    """Longest lease granted; the notification spec §4.2 recommends 2,678,400 s (a month)."""
+    max_entries_per_notification: int = Field(1000, ge=1, le=50_000)
+    """Changes in one delivered change notification at most."""
+    max_notification_bytes: int = Field(1024 * 1024, ge=4096)
+    """Bytes of one delivered change notification at most (one larger change goes alone)."""
+    retry_base_s: float = Field(1.0, gt=0)
+    """First retry delay after a failed delivery; doubles per attempt, with full jitter."""
+    retry_max_s: float = Field(300.0, gt=0)
+    """Longest delay between two attempts."""
+    retry_horizon_s: float = Field(24 * 3600.0, gt=0)
+    """A subscription whose callback has failed for this long is dropped (and logged)."""
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(10.0, gt=0)
+    """Per request to a callback: connecting, and each read/write of the exchange."""
+    max_response_bytes: int = Field(4096, ge=64)
+    """Bytes of a callback's answer read at most (the verification challenge echo)."""
+    max_subscriptions_per_topic: int = Field(10_000, ge=1)
+    max_subscriptions_per_host: int = Field(1000, ge=1)
+    """Subscriptions whose callbacks share one host name, all topics together."""
+    per_host_concurrency: int = Field(8, ge=1)
+    """Requests in flight to one callback host at once (from this process)."""
+    max_deliveries: int = Field(1024, ge=1)
+    """Deliveries in flight at once, all callbacks together (from this process)."""
+    worker_lease_s: float = Field(10.0, gt=0)
+    """A subscription is delivered by the one process holding its lease, renewed while it
+    works; another process takes over this long after the holder dies."""
+    scan_interval_s: float = Field(1.0, gt=0)
+    """How often a process looks for subscriptions nobody delivers (new, or orphaned)."""
+    callback_allow: list[str] = []
+    """CIDR networks callbacks may resolve to although they are not public (loopback,
+    private, link-local…); by default only globally routable addresses are reached."""
+
+    @field_validator("callback_allow")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"callback_allow: {network!r} is not a CIDR network") from None
+        return value
+
+    @model_validator(mode="after")
+    def _lease_bounds(self) -> WebSub:
+        if not self.lease_min_s <= self.lease_default_s <= self.lease_max_s:
+            raise ValueError("need lease_min_s <= lease_default_s <= lease_max_s")
+        return self
+
+
 class Limits(BaseModel):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_entries_per_request: int = Field(DEFAULT_MAX_ENTRIES_PER_REQUEST, ge=1)
@@ -273,6 +336,7 @@ class Settings(BaseSettings):
     framework: Framework = Framework()
     compression: Compression = Compression()
     bridges: list[BridgeConfig] = []
+    websub: WebSub = WebSub()
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: Path = Path("rspush-data")

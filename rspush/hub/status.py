@@ -55,6 +55,7 @@ def _metric_figures(registry: CollectorRegistry, topic: str) -> dict[str, Any]:
         "slow_consumer_closes": int(
             _sample(registry, "rspush_push_slow_consumer_closes_total", topic)
         ),
+        "websub_delivered": int(_sample(registry, "rspush_websub_delivered_changes_total", topic)),
     }
 
 
@@ -164,6 +165,9 @@ async def collect(
     }
     if push_connections is not None:
         process["push_connections"] = push_connections()
+    delivering = registry.get_sample_value("rspush_websub_delivering")
+    if delivering is not None:
+        process["websub_delivering"] = int(delivering)
     return {"generated": _iso(now_us), "process": process, "topics": rows}
 
 
@@ -181,6 +185,7 @@ _FIGURES: tuple[tuple[str, str], ...] = (
     ("push_lag.mean_s", "Mean push lag (s)"),
     ("push_lag.batches", "Batches pushed"),
     ("slow_consumer_closes", "Slow-consumer closes"),
+    ("websub_delivered", "WebSub changes delivered (this process)"),
     ("retention.oldest_change", "Oldest change held"),
     ("retention.trimmed_through_time", "Trimmed through"),
     ("bridge.kind", "Bridge"),
@@ -196,6 +201,7 @@ _PROCESS: tuple[tuple[str, str], ...] = (
     ("redis", "Redis"),
     ("uptime_s", "Uptime (s)"),
     ("push_connections", "Push connections"),
+    ("websub_delivering", "WebSub subscriptions delivered here"),
 )
 
 

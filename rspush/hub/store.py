@@ -48,7 +48,7 @@ from .errors import (
     TopicHasHistory,
 )
 from .ingest import IngestPlan, SeedPlan
-from .keys import HubKeys, TopicKeys
+from .keys import HubKeys, TopicKeys, WebSubKeys
 
 log = logging.getLogger("rspush.hub.store")
 
@@ -218,6 +218,8 @@ class TopicStore:
         self._trim = redis.register_script(scripts.load("trim"))
         self._framework_rl = redis.register_script(scripts.load("framework_resourcelist"))
         self._framework_doc = redis.register_script(scripts.load("framework_document"))
+        self._cursor = redis.register_script(scripts.load("cursor"))
+        self.websub = WebSubKeys(prefix)
 
     def keys(self, topic: str) -> TopicKeys:
         return TopicKeys(self.prefix, topic)
@@ -459,24 +461,24 @@ class TopicStore:
         rows: Any = await self.redis.xrange(
             self.keys(topic).stream, min=f"({after}", max="+", count=count
         )
-        return [_stream_entry(row) for row in rows]
+        return [decode_stream_row(row) for row in rows]
 
     async def entry_at(self, topic: str, position: Position) -> StreamEntry | None:
         """The stream entry at ``position``, if the stream still holds it."""
         rows: Any = await self.redis.xrange(
             self.keys(topic).stream, min=str(position), max=str(position)
         )
-        return _stream_entry(rows[0]) if rows else None
+        return decode_stream_row(rows[0]) if rows else None
 
     async def oldest(self, topic: str) -> Position | None:
         """The position of the first entry the stream still holds (None when empty)."""
         rows: Any = await self.redis.xrange(self.keys(topic).stream, count=1)
-        return _stream_entry(rows[0]).position if rows else None
+        return decode_stream_row(rows[0]).position if rows else None
 
     async def newest(self, topic: str) -> StreamEntry | None:
         """The stream's last entry (None when empty)."""
         rows: Any = await self.redis.xrevrange(self.keys(topic).stream, count=1)
-        return _stream_entry(rows[0]) if rows else None
+        return decode_stream_row(rows[0]) if rows else None
 
     async def wait_entries(
         self, topic: str, after: Position, *, count: int, block_ms: int
@@ -486,7 +488,7 @@ class TopicStore:
         reply: Any = await self.redis.xread(
             {self.keys(topic).stream: str(after)}, count=count, block=block_ms
         )
-        return [_stream_entry(row) for row in reply[0][1]] if reply else []
+        return [decode_stream_row(row) for row in reply[0][1]] if reply else []
 
     async def locate_since(self, topic: str, since: datetime, *, page: int) -> SinceLookup:
         """Where ``since`` falls in the stream, read in pages of ``page`` entries (change
@@ -674,6 +676,98 @@ class TopicStore:
         old: Any = await self.redis.set(HubKeys(self.prefix).description, digest, get=True)
         return None if old is None else old.decode()
 
+    # --- any channel's stream (WebSub delivery: rspush.hub.websub.channels) -------------
+
+    async def rows_after(
+        self, key: str, decode: Callable[[Any], _R], after: Position, *, count: int
+    ) -> list[_R]:
+        """Up to ``count`` rows of stream ``key`` after ``after`` (exclusive), decoded."""
+        rows: Any = await self.redis.xrange(key, min=f"({after}", max="+", count=count)
+        return [decode(row) for row in rows]
+
+    async def wait_rows(
+        self, key: str, decode: Callable[[Any], _R], after: Position, *, count: int, block_ms: int
+    ) -> list[_R]:
+        """Rows of stream ``key`` after ``after``, waiting up to ``block_ms`` for the first."""
+        reply: Any = await self.redis.xread({key: str(after)}, count=count, block=block_ms)
+        return [decode(row) for row in reply[0][1]] if reply else []
+
+    async def last_row(self, key: str, decode: Callable[[Any], _R]) -> _R | None:
+        rows: Any = await self.redis.xrevrange(key, count=1)
+        return decode(rows[0]) if rows else None
+
+    # --- WebSub subscriptions (keys: WebSubKeys) ---------------------------------------
+
+    async def save_subscription(self, subscription: str, record: str, cursor: str) -> bool:
+        """Store a verified subscription. A renewal keeps its cursor (``cursor`` is only the
+        start of a new one). Returns whether it is new."""
+        k = self.websub
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(k.subscriptions, subscription, record)
+            pipe.hsetnx(k.cursors, subscription, cursor)
+            pipe.hdel(k.failing, subscription)
+            _, new, _ = await pipe.execute()
+        return bool(new)
+
+    async def subscriptions(self) -> dict[str, str]:
+        raw: Any = await self.redis.hgetall(self.websub.subscriptions)
+        return {key.decode(): value.decode() for key, value in raw.items()}
+
+    async def subscription_count(self) -> int:
+        return int(await self.redis.hlen(self.websub.subscriptions))
+
+    async def subscription(self, subscription: str) -> tuple[str, str] | None:
+        """(record, cursor) of a subscription, or None."""
+        k = self.websub
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(k.subscriptions, subscription)
+            pipe.hget(k.cursors, subscription)
+            record, cursor = await pipe.execute()
+        if record is None:
+            return None
+        return record.decode(), (cursor or b"").decode()
+
+    async def remove_subscription(self, subscription: str) -> bool:
+        k = self.websub
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(k.subscriptions, subscription)
+            pipe.hdel(k.cursors, subscription)
+            pipe.hdel(k.failing, subscription)
+            removed, _, _ = await pipe.execute()
+        return bool(removed)
+
+    async def acquire_subscription_lease(self, subscription: str, token: str, ttl_ms: int) -> bool:
+        call = scripts.subscription_lease_call(
+            self.websub, subscription, token=token, ttl_ms=ttl_ms
+        )
+        return bool(await self._run(self._lease, call))
+
+    async def release_subscription_lease(self, subscription: str, token: str) -> None:
+        key = self.websub.lease(subscription)
+        if await self.redis.get(key) == token.encode():
+            await self.redis.delete(key)
+
+    async def advance_cursor(
+        self, subscription: str, token: str, cursor: str, *, ttl_ms: int
+    ) -> bool:
+        """Move the cursor (and renew the lease) if no other process holds the lease and the
+        subscription exists."""
+        call = scripts.cursor_call(
+            self.websub, subscription, token=token, cursor=cursor, ttl_ms=ttl_ms
+        )
+        return bool(await self._run(self._cursor, call))
+
+    async def failing_since(self, subscription: str, now_us: int) -> int:
+        """When deliveries to the subscription started failing (``now_us`` if they just
+        did): kept across processes, so a take-over does not reset the retry horizon."""
+        k = self.websub
+        await self.redis.hsetnx(k.failing, subscription, now_us)
+        value: Any = await self.redis.hget(k.failing, subscription)
+        return int(value) if value is not None else now_us
+
+    async def delivered(self, subscription: str) -> None:
+        await self.redis.hdel(self.websub.failing, subscription)
+
 
 @dataclass(frozen=True, slots=True)
 class RotationAnnouncement:
@@ -701,7 +795,7 @@ def _framework_event(row: Any) -> FrameworkEvent:
     )
 
 
-def _stream_entry(row: Any) -> StreamEntry:
+def decode_stream_row(row: Any) -> StreamEntry:
     """The one decoder of a stream row (an id and the fields the append script writes)."""
     raw_id, fields = row
     return StreamEntry(

@@ -180,10 +180,11 @@ async def test_post_to_the_hub_uri(
             "content-type",
         ),
         (
+            # a form is a WebSub subscription request (docs/websub.md): not one, here
             "form",
             {"Link": hub_link(base), "Content-Type": "application/x-www-form-urlencoded"},
-            415,
-            "content-type",
+            400,
+            "bad-subscription",
         ),
     ]
     async with Unchanged(redis_url, prefix):

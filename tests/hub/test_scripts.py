@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from rspush.hub import scripts
 from rspush.hub.errors import Code, StoreUnavailable
 from rspush.hub.ingest import ChangeRecord, IngestPlan, SeedPlan
-from rspush.hub.keys import TopicKeys
+from rspush.hub.keys import TopicKeys, WebSubKeys
 from rspush.hub.store import TopicStore
 
 K = TopicKeys("rs", "t")
@@ -76,6 +76,9 @@ CALLS: dict[str, Callable[[], scripts.Call]] = {
     "snapshot": lambda: scripts.snapshot_call(K),
     "lease": lambda: scripts.lease_call(K, token="tok", ttl_ms=1000),
     "trim": lambda: scripts.trim_call(K, min_id="5-0"),
+    "cursor": lambda: scripts.cursor_call(
+        WebSubKeys("rs"), "s1", token="tok", cursor="1-0 5", ttl_ms=1000
+    ),
 }
 
 
