@@ -125,13 +125,6 @@ class HubMetrics:
             registry=self.registry,
         )
 
-    def declare_bridges(self, topics: list[str]) -> None:
-        for topic in topics:
-            self.bridge_changes.labels(topic)
-            self.bridge_steps.labels(topic)
-            for reason in ("remote", "regression", "rejected", "internal"):
-                self.bridge_errors.labels(topic, reason)
-
         self.websub_subscriptions = Gauge(
             "rspush_websub_subscriptions",
             "Verified WebSub subscriptions (all processes: read from the store)",
@@ -181,6 +174,13 @@ class HubMetrics:
             ["reason"],
             registry=self.registry,
         )
+
+    def declare_bridges(self, topics: list[str]) -> None:
+        for topic in topics:
+            self.bridge_changes.labels(topic)
+            self.bridge_steps.labels(topic)
+            for reason in ("remote", "regression", "rejected", "internal"):
+                self.bridge_errors.labels(topic, reason)
 
     def declare_topics(self, topics: list[str]) -> None:
         """Export every per-topic series from the start (at 0), not from its first event."""
