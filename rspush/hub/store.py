@@ -33,7 +33,7 @@ from typing import Any, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from rspush.protocol import ZERO, Position, PushedChange, SinceLookup
 from rspush.resourcesync import Change, FrameworkChange
@@ -112,6 +112,11 @@ class FrameworkEvent:
 
     position: Position
     change: FrameworkChange
+
+    @property
+    def time_us(self) -> int:
+        """When the hub recorded it (every event the hub records has a time)."""
+        return to_us(self.change.time) if self.change.time is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,7 +539,7 @@ class TopicStore:
         rows: Any = await self.redis.xrange(
             self.keys(topic).framework, min=f"({after}", max="+", count=count
         )
-        return [_framework_event(row) for row in rows]
+        return [decode_framework_row(row) for row in rows]
 
     @property
     def is_cluster(self) -> bool:
@@ -557,7 +562,7 @@ class TopicStore:
         found: dict[str, list[FrameworkEvent]] = {}
         for raw_key, rows in reply or []:
             key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            found[topic_of[key]] = [_framework_event(row) for row in rows]
+            found[topic_of[key]] = [decode_framework_row(row) for row in rows]
         return found
 
     async def framework_events_after_each(
@@ -572,14 +577,14 @@ class TopicStore:
                 pipe.xrange(self.keys(topic).framework, min=f"({after[topic]}", count=count)
             replies: Any = await pipe.execute()
         return {
-            topic: [_framework_event(row) for row in rows]
+            topic: [decode_framework_row(row) for row in rows]
             for topic, rows in zip(topics, replies, strict=True)
         }
 
     async def framework_position(self, topic: str) -> Position:
         """The position of the topic's newest framework event (``0-0`` when none)."""
         rows: Any = await self.redis.xrevrange(self.keys(topic).framework, count=1)
-        return _framework_event(rows[0]).position if rows else ZERO
+        return decode_framework_row(rows[0]).position if rows else ZERO
 
     async def add_framework_event(
         self, topic: str, change: FrameworkChange, *, max_events: int
@@ -692,6 +697,18 @@ class TopicStore:
         reply: Any = await self.redis.xread({key: str(after)}, count=count, block=block_ms)
         return [decode(row) for row in reply[0][1]] if reply else []
 
+    async def max_deleted(self, key: str) -> Position | None:
+        """The last position removed from stream ``key`` (by trimming or deletion), None when
+        none was: what a stream bounded by ``MAXLEN ~`` alone says of its lost history."""
+        try:
+            info: Any = await self.redis.xinfo_stream(key)
+        except ResponseError:  # no such stream yet
+            return None
+        raw = info.get("max-deleted-entry-id", b"0-0")
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        position = Position.parse(text)
+        return None if position == ZERO else position
+
     async def last_row(self, key: str, decode: Callable[[Any], _R]) -> _R | None:
         rows: Any = await self.redis.xrevrange(key, count=1)
         return decode(rows[0]) if rows else None
@@ -780,7 +797,7 @@ class RotationAnnouncement:
     index_loc: str
 
 
-def _framework_event(row: Any) -> FrameworkEvent:
+def decode_framework_row(row: Any) -> FrameworkEvent:
     """The one decoder of a framework stream row."""
     raw_id, fields = row
     return FrameworkEvent(

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rspush.protocol import Position
-from rspush.resourcesync.w3cdt import to_us
+from rspush.resourcesync import Capability, Change, FrameworkChange, framework_notification
+from rspush.resourcesync import serialise as serialise_document
+from rspush.resourcesync.w3cdt import from_us, to_us
 
 from ..keys import TopicKeys
 from ..materialise import Urls
-from ..store import StreamEntry, TopicStore, decode_stream_row
+from ..store import FrameworkEvent, StreamEntry, TopicStore, decode_framework_row, decode_stream_row
 from .batches import Interval, change_notification, history_moved
 
 
@@ -83,7 +85,56 @@ CHANGES = Channel(
 )
 """Change notifications (notification spec §3) of the topic's change stream."""
 
-CHANNELS: Mapping[str, Channel] = {channel.name: channel for channel in (CHANGES,)}
+
+def _framework_body(urls: Urls, span: Interval, events: Sequence[FrameworkEvent]) -> bytes:
+    # Framework notification §3, from/until the delivery's interval (contiguous per
+    # subscriber, as for change notifications), up to the topic's Capability List.
+    return _framework_body_of(urls, span, [e.change for e in events])
+
+
+async def _framework_trimmed(store: TopicStore, topic: str) -> tuple[Position, int] | None:
+    # The framework stream is bounded by MAXLEN ~ alone: the server remembers the last id
+    # it removed, and a stream id's first part is its time in milliseconds.
+    removed = await store.max_deleted(store.keys(topic).framework)
+    return None if removed is None else (removed, removed.ms * 1000)
+
+
+def _framework_moved(urls: Urls, span: Interval) -> bytes:
+    # The framework events of ``span`` are gone: what they announced is all in the current
+    # Capability List, announced as updated so the subscriber reads it again.
+    change = FrameworkChange(
+        loc=urls.capability_list,
+        change=Change.UPDATED,
+        capability=Capability.CAPABILITYLIST.value,
+        time=from_us(span.until_us),
+        index=None,
+    )
+    return _framework_body_of(urls, span, [change])
+
+
+def _framework_body_of(urls: Urls, span: Interval, changes: Sequence[FrameworkChange]) -> bytes:
+    document = framework_notification(
+        changes, start=from_us(span.from_us), until=from_us(span.until_us), up=urls.capability_list
+    )
+    return serialise_document(document)
+
+
+FRAMEWORK = Channel(
+    name="framework",
+    suffix="/framework",
+    stream_key=lambda keys: keys.framework,
+    decode=decode_framework_row,
+    # One <url> with rs:md and perhaps an index link: its loc and links plus the markup.
+    size=lambda event: 400 + 2 * len(event.change.loc),
+    build=_framework_body,
+    trimmed=_framework_trimmed,
+    moved=_framework_moved,
+)
+"""Framework notifications (framework notification spec §3) of the topic's framework
+stream (:mod:`rspush.hub.framework`): rotations, Resource List, Capability List and Source
+Description changes."""
+
+CHANNELS: Mapping[str, Channel] = {channel.name: channel for channel in (CHANGES, FRAMEWORK)}
 """Every channel, by name."""
 
 

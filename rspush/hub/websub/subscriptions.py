@@ -79,6 +79,9 @@ class Subscriptions:
         except BadSubscription as exc:
             raise SubscriptionRejected(str(exc)) from None
         resolved = resolve(self.settings.hub.base_url, request.topic_uri, self.topics)
+        framework_off = not self.settings.framework.enabled
+        if resolved is not None and resolved[1].name == "framework" and framework_off:
+            resolved = None  # not advertised, nothing recorded: denied as unknown
         subscriber = None
         if resolved is not None:
             topic = resolved[0]
