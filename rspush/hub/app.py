@@ -123,8 +123,18 @@ _CLOSE_AFTER = frozenset({Code.BODY_TOO_LARGE, Code.BODY_TIMEOUT, Code.SERVER_BU
 class Hub:
     """Everything one hub process holds, built from settings at startup."""
 
-    def __init__(self, settings: Settings, redis: Redis, *, push_url: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: Redis,
+        *,
+        push_url: str | None = None,
+        deliver_websub: bool = True,
+    ) -> None:
         self.settings = settings
+        self.deliver_websub = deliver_websub
+        """Whether this process delivers WebSub notifications (with ``--workers``, the push
+        workers do, so deliveries never share an event loop with ingest)."""
         self.push_url = push_url
         self.started_monotonic = time.monotonic()
         self.push_connections: Callable[[], int] | None = None
@@ -206,7 +216,7 @@ class Hub:
             )
         self.rotator.start()
         self.bridges.start()
-        if self.websub is not None:
+        if self.websub is not None and self.deliver_websub:
             self.websub.start()
 
     async def stop(self) -> None:

@@ -31,6 +31,8 @@ from .embedded import DataDirLock, EmbeddedRedis
 from .metrics import HubMetrics
 from .push.server import PushServer
 from .settings import Settings
+from .store import TopicStore
+from .websub.service import WebSubHub
 
 log = logging.getLogger("rspush.hub")
 STARTUP_TIMEOUT_S = 30.0
@@ -115,12 +117,14 @@ async def running_hub(
     sock: socket.socket | None = None,
     push_sock: socket.socket | None = None,
     serve_push: bool = True,
+    deliver_websub: bool = True,
 ) -> AsyncIterator[RunningHub]:
     """Serve ``settings`` until the block exits. Redis must be reachable at
     ``settings.redis_url`` (the CLI starts the embedded server before calling this).
 
     ``serve_push=False``: HTTP only (an HTTP worker of ``--workers``); the documents then
-    advertise ``[push] port``, which another process serves."""
+    advertise ``[push] port``, which another process serves. ``deliver_websub=False``:
+    WebSub subscriptions are taken here but delivered by other processes."""
     redis_url = settings.redis_url
     if redis_url is None:
         raise ValueError("running_hub needs settings.redis_url (start EmbeddedRedis first)")
@@ -135,7 +139,12 @@ async def running_hub(
     base_url_configured = "base_url" in settings.hub.model_fields_set
     settings = advertised(settings, bound_host, bound_port, push_port)
     redis = redis_client(redis_url)
-    hub = Hub(settings, redis, push_url=None if push_port is None else settings.push.url)
+    hub = Hub(
+        settings,
+        redis,
+        push_url=None if push_port is None else settings.push.url,
+        deliver_websub=deliver_websub,
+    )
     limits = settings.limits
     limit_flood_logging()
     config = uvicorn.Config(
@@ -213,9 +222,13 @@ class RunningPush:
 
 
 @asynccontextmanager
-async def running_push(settings: Settings, push_sock: socket.socket) -> AsyncIterator[RunningPush]:
+async def running_push(
+    settings: Settings, push_sock: socket.socket, *, deliver_websub: bool = False
+) -> AsyncIterator[RunningPush]:
     """Serve the WebSocket push endpoint of ``settings`` on ``push_sock`` (already advertised
-    settings: documents are another process's business) until the block exits."""
+    settings: documents are another process's business) until the block exits.
+    ``deliver_websub``: also deliver WebSub notifications (a push worker of ``--workers``:
+    fan-out, WebSocket or WebSub, stays off the event loops that take ingest)."""
     assert settings.redis_url is not None
     redis = redis_client(settings.redis_url)
     metrics = HubMetrics()
@@ -227,10 +240,19 @@ async def running_push(settings: Settings, push_sock: socket.socket) -> AsyncIte
         on_slow=lambda topic: metrics.slow_closes.labels(topic).inc(),
         on_subscribers=lambda topic, n: metrics.subscribers.labels(topic).set(n),
     )
+    websub = (
+        WebSubHub(settings, TopicStore(redis, prefix=settings.redis_prefix), metrics)
+        if deliver_websub and settings.websub.enabled
+        else None
+    )
     try:
         await push.start(push_sock)
+        if websub is not None:
+            websub.start()
         yield RunningPush(push, metrics)
     finally:
+        if websub is not None:
+            await websub.stop()
         await push.stop()
         await redis.aclose()
 

@@ -154,7 +154,7 @@ async def _serve_role(spec: WorkerSpec) -> None:
         loop.add_signal_handler(sig, stop.set)
     settings = spec.settings
     if spec.role == "push":
-        async with running_push(settings, spec.sock) as running:
+        async with running_push(settings, spec.sock, deliver_websub=True) as running:
             spec.ready.set()
             # Multiprocess metrics cannot call back into this process: count now and then.
             while not stop.is_set():
@@ -163,7 +163,11 @@ async def _serve_role(spec: WorkerSpec) -> None:
                     async with asyncio.timeout(1.0):
                         await stop.wait()
         return
-    async with running_hub(settings, sock=spec.sock, serve_push=False):
+    # WebSub deliveries run in the push workers when there are some (worker_roles), so a
+    # burst of callbacks never slows the event loops that take ingest.
+    async with running_hub(
+        settings, sock=spec.sock, serve_push=False, deliver_websub=not settings.push.enabled
+    ):
         spec.ready.set()
         await stop.wait()
 
