@@ -42,7 +42,7 @@ from .bench_push import Bench as PushBench
 from .bench_push import quantiles
 from .fragments import change_fragment, w3c
 from .harness.clients import ClientPool
-from .harness.hub import Hub, Poster, histogram, start_hub
+from .harness.hub import Hub, Poster, add_hub_args, histogram, hub_args, start_hub
 from .harness.results import command_line, log, write_json
 from .harness.system import Cpu, HelperProcess, children, raise_nofile
 
@@ -250,7 +250,7 @@ class Bench:
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     topics = [*(f"fan{n}" for n in args.subscribers), "hooklatency", "latency", "warm"]
-    hub = start_hub(workdir, topics, sections={"websub": WEBSUB})
+    hub = start_hub(workdir, topics, sections={"websub": WEBSUB}, extra_args=hub_args(args))
     receivers = Receivers(args.receiver_procs)
     bench = Bench(args, hub, receivers)
     results: dict[str, Any] = {"fanout": []}
@@ -338,6 +338,7 @@ def main() -> None:
     parser.add_argument("--client-procs", type=int, default=2)
     parser.add_argument("--phase-timeout", type=float, default=180.0)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    add_hub_args(parser)
     args = parser.parse_args()
     raise_nofile()
     args.subscribers = [int(n) for n in args.subscribers.split(",")]
