@@ -129,11 +129,13 @@ class HubMetrics:
             "rspush_websub_subscriptions",
             "Verified WebSub subscriptions (all processes: read from the store)",
             registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
         self.websub_delivering = Gauge(
             "rspush_websub_delivering",
-            "WebSub subscriptions this process delivers (holds the lease of)",
+            "WebSub subscriptions delivered (held under their lease; all workers with --workers)",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.websub_verifications = Counter(
             "rspush_websub_verifications",

@@ -69,3 +69,15 @@ async def test_the_push_worker_delivers_what_the_http_worker_accepted(hub: HubPr
                 assert response.status_code == 202, response.text
         await eventually(lambda: cb.locs() == locs, "every change delivered, in order")
         assert all(n.valid() for n in cb.received())
+        # /metrics, served by the HTTP worker, counts the subscription the push worker holds.
+        await eventually(
+            lambda: metric(url, "rspush_websub_delivering ") == 1, "summed delivering gauge"
+        )
+        assert metric(url, "rspush_websub_subscriptions ") == 1
+
+
+def metric(url: str, line_start: str) -> float | None:
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return None

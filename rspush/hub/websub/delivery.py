@@ -200,6 +200,8 @@ class Deliveries:
                 await self.store.release_subscription_lease(sid, self.token)
                 continue
             self.workers[sid] = asyncio.create_task(self._work(sid), name=f"rspush-websub-{sid}")
+            # Set, not computed on scrape: with --workers, another process serves /metrics.
+            self.metrics.websub_delivering.set(len(self.workers))
 
     def _feed(self, topic: str, channel: Channel) -> Feed:
         feed = self.feeds.get((topic, channel.name))
@@ -234,6 +236,7 @@ class Deliveries:
             log.exception("websub: delivery task of %s failed", sid)
         finally:
             self.workers.pop(sid, None)
+            self.metrics.websub_delivering.set(len(self.workers))
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await self.store.release_subscription_lease(sid, self.token)

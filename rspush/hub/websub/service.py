@@ -32,7 +32,6 @@ class WebSubHub:
             on_subscribed=self.deliveries.poke,
             on_unsubscribed=self.deliveries.drop,
         )
-        metrics.websub_delivering.set_function(lambda: len(self.deliveries.workers))
 
     async def request(self, body: bytes, token: str | None) -> None:
         await self.subscriptions.request(body, token)
