@@ -116,6 +116,7 @@ class HubMetrics:
             "When a bridge last read its remote without error (Unix time)",
             ["topic"],
             registry=self.registry,
+            multiprocess_mode="mostrecent",  # one worker runs a bridge at a time
         )
         self.bridge_lag = Gauge(
             "rspush_bridge_lag_seconds",
@@ -123,6 +124,7 @@ class HubMetrics:
             "every change is bridged",
             ["topic"],
             registry=self.registry,
+            multiprocess_mode="mostrecent",  # one worker runs a bridge at a time
         )
 
         self.websub_subscriptions = Gauge(

@@ -240,9 +240,14 @@ async def running_push(
         on_slow=lambda topic: metrics.slow_closes.labels(topic).inc(),
         on_subscribers=lambda topic, n: metrics.subscribers.labels(topic).set(n),
     )
+    # Deliveries get a connection pool of their own: the push feeds hold pooled connections
+    # in blocking reads, and neither kind of fan-out may starve the other of connections.
+    websub_redis = (
+        redis_client(settings.redis_url) if deliver_websub and settings.websub.enabled else None
+    )
     websub = (
-        WebSubHub(settings, TopicStore(redis, prefix=settings.redis_prefix), metrics)
-        if deliver_websub and settings.websub.enabled
+        WebSubHub(settings, TopicStore(websub_redis, prefix=settings.redis_prefix), metrics)
+        if websub_redis is not None
         else None
     )
     try:
@@ -253,6 +258,8 @@ async def running_push(
     finally:
         if websub is not None:
             await websub.stop()
+        if websub_redis is not None:
+            await websub_redis.aclose()
         await push.stop()
         await redis.aclose()
 

@@ -697,17 +697,26 @@ class TopicStore:
         reply: Any = await self.redis.xread({key: str(after)}, count=count, block=block_ms)
         return [decode(row) for row in reply[0][1]] if reply else []
 
-    async def max_deleted(self, key: str) -> Position | None:
-        """The last position removed from stream ``key`` (by trimming or deletion), None when
-        none was: what a stream bounded by ``MAXLEN ~`` alone says of its lost history."""
+    async def trim_mark(self, key: str) -> Position | None:
+        """The newest position stream ``key`` has lost (to ``MAXLEN`` trimming), None when it
+        has lost nothing: what a stream bounded by ``MAXLEN ~`` alone says of its history.
+        Trimming removes from the oldest end, so once entries were removed (Redis and Valkey
+        7+ count ``entries-added``), everything before the oldest remaining entry is gone.
+        Older servers do not count: there the bound is the same, which at worst reports a
+        loss that did not happen (before the stream's first entry), never hides one."""
         try:
             info: Any = await self.redis.xinfo_stream(key)
         except ResponseError:  # no such stream yet
             return None
-        raw = info.get("max-deleted-entry-id", b"0-0")
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        position = Position.parse(text)
-        return None if position == ZERO else position
+        added, length = info.get("entries-added"), info.get("length")
+        if added is not None and length is not None and int(added) <= int(length):
+            return None  # nothing removed
+        first = info.get("first-entry")
+        if not first:
+            return None
+        raw = first[0]
+        oldest = Position.parse(raw.decode() if isinstance(raw, bytes) else str(raw))
+        return None if oldest == ZERO else oldest.predecessor()
 
     async def last_row(self, key: str, decode: Callable[[Any], _R]) -> _R | None:
         rows: Any = await self.redis.xrevrange(key, count=1)

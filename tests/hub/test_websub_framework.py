@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from rspush.hub.materialise import Urls
 from rspush.hub.server import RunningHub
+from rspush.protocol import Position
 from rspush.resourcesync import framework_changes
 from rspush.resourcesync.schema import schema_errors
 from tests.support.fragments import Times
@@ -81,3 +82,39 @@ async def test_the_framework_channel_is_denied_when_the_hub_does_not_offer_it(
         assert response.status_code == 202
         await eventually(lambda: cb.modes() == ["denied"], "denial")
         assert await hub.hub.store.subscription_count() == 0
+
+
+async def test_a_framework_subscription_can_be_cancelled_after_the_channel_is_turned_off(
+    redis_url: str, prefix: str
+) -> None:
+    async with running_callback() as cb:
+        async with websub_hub(redis_url, prefix) as hub:
+            await subscribed(hub, cb)
+            uri = framework_topic(hub)
+        async with websub_hub(redis_url, prefix, limits={"framework": {"enabled": False}}) as hub:
+            # Nothing is delivered on a channel the hub no longer offers; the subscriber
+            # can still unsubscribe (verified like any other), and the record goes.
+            response = await subscribe(hub.url, uri, cb.url(), mode="unsubscribe")
+            assert response.status_code == 202, response.text
+
+            async def gone() -> bool:
+                return await hub.hub.store.subscription_count() == 0
+
+            await eventually(gone, "the subscription removed")
+            assert "denied" not in cb.modes()
+
+
+async def test_the_trim_mark_of_a_stream_is_its_newest_lost_position(
+    redis_url: str, prefix: str
+) -> None:
+    async with websub_hub(redis_url, prefix) as hub:
+        store = hub.hub.store
+        key = f"{prefix}:trim-mark-probe"
+        assert await store.trim_mark(key) is None  # no stream
+        ids = [await store.redis.xadd(key, {"n": str(n)}) for n in range(5)]
+        assert await store.trim_mark(key) is None  # nothing removed yet
+        await store.redis.xtrim(key, maxlen=2, approximate=False)
+        mark = await store.trim_mark(key)
+        # Entries 0-2 are gone: the mark is after the newest lost one, before the oldest kept.
+        assert mark is not None
+        assert Position.parse(ids[2].decode()) <= mark < Position.parse(ids[3].decode())

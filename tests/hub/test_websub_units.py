@@ -194,6 +194,13 @@ def test_backoff_grows_to_the_cap_with_jitter() -> None:
         "100.64.0.1",
         "::ffff:127.0.0.1",
         "224.0.0.1",
+        # IPv6 forms that carry a non-public IPv4 address reach it (NAT64, 6to4, compatible)
+        "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::7f00:1",  # local-use NAT64 of 127.0.0.1
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "2002:a9fe:a9fe::",  # 6to4 of 169.254.169.254
+        "::127.0.0.1",  # IPv4-compatible
     ],
 )
 def test_address_policy_refuses_non_public_addresses(address: str) -> None:
@@ -209,6 +216,9 @@ def test_address_policy_allows_public_and_listed() -> None:
     assert allow.permits("10.9.9.9")
     assert not allow.permits("127.0.0.2")
     assert not allow.permits("192.168.0.1")
+    # A public IPv4 address behind NAT64 is public; a listed one is listed in any form.
+    assert AddressPolicy().permits("64:ff9b::5db8:d822")  # 93.184.216.34
+    assert allow.permits("64:ff9b::a09:909")  # 10.9.9.9
 
 
 def test_channel_registry_resolves_topic_uris() -> None:

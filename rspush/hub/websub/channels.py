@@ -93,9 +93,9 @@ def _framework_body(urls: Urls, span: Interval, events: Sequence[FrameworkEvent]
 
 
 async def _framework_trimmed(store: TopicStore, topic: str) -> tuple[Position, int] | None:
-    # The framework stream is bounded by MAXLEN ~ alone: the server remembers the last id
-    # it removed, and a stream id's first part is its time in milliseconds.
-    removed = await store.max_deleted(store.keys(topic).framework)
+    # The framework stream is bounded by MAXLEN ~ alone (no trim record in the topic meta):
+    # the stream itself says what it lost; a stream id's first part is its time in ms.
+    removed = await store.trim_mark(store.keys(topic).framework)
     return None if removed is None else (removed, removed.ms * 1000)
 
 

@@ -215,6 +215,8 @@ class Deliveries:
         config = self.settings.topic(record.topic)
         if config is None:
             return False
+        if record.channel == "framework" and not self.settings.framework.enabled:
+            return False  # the hub no longer offers the channel (nothing to deliver)
         if not config.private:
             return True
         holder = next((s for s in self.settings.subscribers if s.name == record.subscriber), None)

@@ -80,8 +80,15 @@ class Subscriptions:
             raise SubscriptionRejected(str(exc)) from None
         resolved = resolve(self.settings.hub.base_url, request.topic_uri, self.topics)
         framework_off = not self.settings.framework.enabled
-        if resolved is not None and resolved[1].name == "framework" and framework_off:
-            resolved = None  # not advertised, nothing recorded: denied as unknown
+        if (
+            resolved is not None
+            and resolved[1].name == "framework"
+            and framework_off
+            and request.mode == "subscribe"
+        ):
+            # Not advertised, nothing recorded: denied as unknown. An unsubscribe still goes
+            # through, so a subscription from when the channel was on can be cancelled.
+            resolved = None
         subscriber = None
         if resolved is not None:
             topic = resolved[0]
