@@ -269,3 +269,26 @@ async def test_caps_per_topic_and_per_host_deny(redis_url: str, prefix: str) -> 
         response = await subscribe(hub.url, topic(hub, "dataset2"), cb.url("four"))
         await eventually(lambda: cb.modes("four") == ["denied"], "denied past the host cap")
         assert await hub.hub.store.subscription_count() == 2
+
+
+async def test_a_new_subscriber_of_a_fully_trimmed_stream_is_told_of_no_loss(
+    redis_url: str, prefix: str
+) -> None:
+    """Retention emptied the stream before the subscription existed: the subscriber missed
+    nothing, so its first notification is the next change, not a history-moved one."""
+    times = Times()
+    limits = {"changelist_max_entries": 2, "retention_s": 0}
+    async with running_callback() as cb, websub_hub(redis_url, prefix, limits=limits) as hub:
+        for i in range(6):
+            await post_changes(hub, times, f"http://e.org/old{i}")
+        stream = hub.hub.store.keys("dataset1").stream
+
+        async def emptied() -> bool:
+            meta = await hub.hub.store.push_meta("dataset1")
+            return meta.trimmed is not None and await hub.hub.store.redis.xlen(stream) == 0
+
+        await eventually(emptied, "retention emptied the stream")
+        await subscribed(hub, cb)
+        await post_changes(hub, times, "http://e.org/new")
+        await eventually(lambda: cb.locs() == ["http://e.org/new"], "the next change")
+        assert hub.hub.metrics.websub_history_moved.labels("dataset1")._value.get() == 0

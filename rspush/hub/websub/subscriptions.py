@@ -171,7 +171,13 @@ class Subscriptions:
         )
         # A new subscription starts at the channel's tail: it receives what comes next.
         last = await self.store.last_row(channel.stream_key(self.store.keys(topic)), channel.decode)
-        start = Cursor(last.position, last.time_us) if last is not None else Cursor.decode("0-0")
+        if last is not None:
+            start = Cursor(last.position, last.time_us)
+        else:
+            # An empty stream may still have lost history (retention trimmed it all): start
+            # after what it lost, so the subscriber is not told of a loss before its time.
+            trimmed = await channel.trimmed(self.store, topic)
+            start = Cursor(*trimmed) if trimmed is not None else Cursor.decode("0-0")
         new = await self.store.save_subscription(sid, record.to_json(), start.encode())
         log.info(
             "websub: %s %s to %s for %d s",
