@@ -208,18 +208,24 @@ async def test_history_moved_when_the_cursor_falls_behind_retention(
 
             await eventually(trimmed, "retention trimmed the stream")
             archive = f"{hub.hub.settings.hub.base_url}/topics/dataset1/changelist-archive.xml"
-        # A new process (its recent-events cache starts at the tail) takes over.
+        # A new process (its recent-events cache starts at the tail) takes over. It closes
+        # no more lists: with retention 0 a closed list's changes leave the stream at once,
+        # and the live change below must stay in it to be delivered as a change.
         cb.status = 204
-        async with websub_hub(redis_url, prefix, limits=limits, port=port) as hub:
+        open_only = {**limits, "changelist_max_entries": 1000}
+        async with websub_hub(redis_url, prefix, limits=open_only, port=port) as hub:
             await post_changes(hub, times, "http://e.org/7")
             await eventually(lambda: cb.locs()[-1:] == ["http://e.org/7"], "live change")
             notes = cb.received()
             moved = [n for n in notes if n.locs == [archive]]
-            assert len(moved) == 1
-            assert moved[0].document.link("collection").href == archive
-            assert moved[0].valid()
+            # One, or two when the first process's rotator closed and trimmed another list
+            # after the first notice was prepared (those changes were lost too).
+            assert 1 <= len(moved) <= 2, len(moved)
+            assert all(m.document.link("collection").href == archive for m in moved)
+            assert all(m.valid() for m in moved)
             assert contiguous(notes)
-            assert hub.hub.metrics.websub_history_moved.labels("dataset1")._value.get() == 1
+            metric = hub.hub.metrics.websub_history_moved.labels("dataset1")._value.get()
+            assert metric == len(moved)
 
 
 async def test_metrics_show_subscriptions_and_deliveries(redis_url: str, prefix: str) -> None:
