@@ -55,7 +55,7 @@ ALLOWED_RSPUSH = {
     "remote": {"remote", "protocol", "resourcesync"},
     "hub": {"hub", "remote", "protocol", "resourcesync"},
     "subscriber": {"subscriber", "remote", "protocol", "resourcesync"},
-    "source": {"source", "resourcesync"},
+    "source": {"source", "remote", "resourcesync"},
 }
 
 

@@ -3,5 +3,6 @@ capped, conditional, deadline-bound document reads.
 
 Shared by the Destination agent (``rspush.subscriber``) and the hub's ResourceSync bridge
 (``rspush.hub.bridges``); it imports neither. The pure parts (links, pages, candidate URLs)
-are in :mod:`.links`; :mod:`.discovery` and :mod:`.reader` do the I/O.
+are in :mod:`.links` and :mod:`.retry` (``Retry-After``, also read by the Source-side
+``rs-publish``); :mod:`.discovery` and :mod:`.reader` do the I/O.
 """

@@ -12,7 +12,6 @@ never written twice.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import random
@@ -22,6 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+
+from rspush.remote.retry import retry_after_s
 
 TIMEOUT_S = 60.0
 FIRST_WAIT_S = 0.5
@@ -39,23 +40,6 @@ def derived_key(topic: str, body: bytes) -> str:
     posted again to the same topic is the same request."""
     digest = hashlib.sha256(topic.encode() + b"\n" + body).hexdigest()
     return f"sha256-{digest}"
-
-
-def retry_after_s(value: str | None, now: datetime) -> float | None:
-    """Seconds a ``Retry-After`` value asks for (delay-seconds or an HTTP-date), None when
-    absent or unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
 
 
 def wait_s(

@@ -17,13 +17,12 @@ Remote targets on loopback are allowed: bridges are configured by the hub's oper
 from __future__ import annotations
 
 import asyncio
-import email.utils
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Final
 
 import httpx
 
+from rspush.remote.retry import retry_after_s
 from rspush.resourcesync import DocumentError
 from rspush.resourcesync.compression import decompressed
 
@@ -40,22 +39,6 @@ class Fetched:
     content: bytes
     """The body, inflated if it was gzipped."""
     headers: httpx.Headers
-
-
-def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
-    """A ``Retry-After`` header as seconds from now (None if absent or unreadable)."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
 
 
 class BridgeHttp:
