@@ -191,26 +191,15 @@ class IngestService:
         admitted, now, plan = await self._admit(
             token, topic, idempotency_key, body, lambda d, now: planned(d, now, now)
         )
-        stamp = now
-        for attempt in range(STAMP_RETRIES):
-            if attempt:
-                plan = await asyncio.to_thread(planned, admitted.document, now, stamp)
-            try:
-                receipt, replayed = await self.store.append(
-                    topic,
-                    plan,
-                    now_us=to_us(now),
-                    idempotency_key=admitted.key,
-                    idempotency_ttl_s=limits.idempotency_ttl_s,
-                    source=admitted.source,
-                    body_sha256=admitted.body_sha256,
-                )
-                break
-            except ChangeTimeBackwards as exc:
-                if not should_restamp(plan, attempt):
-                    raise
-                now = self.clock()
-                stamp = restamp_time(now, exc.last_us)
+        receipt, replayed = await self._append_restamping(
+            topic,
+            lambda now, stamp: planned(admitted.document, now, stamp),
+            plan=plan,
+            now=now,
+            idempotency_key=admitted.key,
+            source=admitted.source,
+            body_sha256=admitted.body_sha256,
+        )
         if not replayed:  # duplicates the topic already held are not counted again
             self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted", 0)))
         return _receipt(receipt, topic, replayed)
@@ -284,37 +273,65 @@ class IngestService:
             return _receipt(receipt, topic, False)
         held = await self.store.state_entries(topic, sorted({e.loc for e in entries}))
         typed = with_change_types(entries, set(held))
-        stamp = now
-        for attempt in range(STAMP_RETRIES):
+
+        def planned(now: datetime, stamp: datetime) -> IngestPlan:
             plan = IngestPlan()
             if typed:
-                plan = await asyncio.to_thread(
-                    plan_changes,
+                plan = plan_changes(
                     Document(md=Metadata(capability=Capability.CHANGELIST), entries=tuple(typed)),
                     now=now,
                     stamp=stamp,
                     max_entries=max_entries,
                     future_tolerance=tolerance,
                 )
-            plan = without_no_ops(plan, held)
+            return without_no_ops(plan, held)
+
+        receipt, _ = await self._append_restamping(
+            topic,
+            planned,
+            plan=await asyncio.to_thread(planned, now, now),
+            now=now,
+            idempotency_key=None,
+            source=source,
+            checkpoint=checkpoint,
+        )
+        self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted") or 0))
+        return _receipt(receipt, topic, False)
+
+    async def _append_restamping(
+        self,
+        topic: str,
+        replan: Callable[[datetime, datetime], IngestPlan],
+        *,
+        plan: IngestPlan,
+        now: datetime,
+        idempotency_key: str | None,
+        source: str,
+        body_sha256: str = "",
+        checkpoint: CheckpointSet | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Append ``plan``. If the topic's last change is later than its first (another post
+        got in between) and the hub stamped some of its times, ``replan(now, stamp)`` with
+        the times moved past that change, in a worker thread, and try again: at most
+        :data:`STAMP_RETRIES` appends, then the rejection stands."""
+        for attempt in range(STAMP_RETRIES):
             try:
-                receipt, _ = await self.store.append(
+                return await self.store.append(
                     topic,
                     plan,
                     now_us=to_us(now),
-                    idempotency_key=None,
-                    idempotency_ttl_s=limits.idempotency_ttl_s,
+                    idempotency_key=idempotency_key,
+                    idempotency_ttl_s=self.settings.limits.idempotency_ttl_s,
                     source=source,
+                    body_sha256=body_sha256,
                     checkpoint=checkpoint,
                 )
-                break
             except ChangeTimeBackwards as exc:
                 if not should_restamp(plan, attempt):
                     raise
                 now = self.clock()
-                stamp = restamp_time(now, exc.last_us)
-        self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted") or 0))
-        return _receipt(receipt, topic, False)
+                plan = await asyncio.to_thread(replan, now, restamp_time(now, exc.last_us))
+        raise AssertionError("unreachable: the last attempt re-raises")
 
     async def _admit(
         self,
