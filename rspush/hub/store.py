@@ -378,9 +378,10 @@ class TopicStore:
         return bool(await self._run(self._lease, call))
 
     async def release_bridge_lease(self, topic: str, token: str) -> None:
-        key = self.keys(topic).bridge_lease
-        if await self.redis.get(key) == token.encode():
-            await self.redis.delete(key)
+        k = self.keys(topic)
+        await self._run(
+            self._lease, scripts.lease_call(k, token=token, ttl_ms=0, key=k.bridge_lease)
+        )
 
     async def bridge_state(self, topic: str) -> BridgeState:
         k = self.keys(topic)
@@ -411,9 +412,7 @@ class TopicStore:
         return {loc: v.decode() for loc, v in zip(locs, values, strict=True) if v is not None}
 
     async def release_lease(self, topic: str, token: str) -> None:
-        key = self.keys(topic).lease
-        if await self.redis.get(key) == token.encode():
-            await self.redis.delete(key)
+        await self._run(self._lease, scripts.lease_call(self.keys(topic), token=token, ttl_ms=0))
 
     async def close_list(
         self,
@@ -769,9 +768,8 @@ class TopicStore:
         return bool(await self._run(self._lease, call))
 
     async def release_subscription_lease(self, subscription: str, token: str) -> None:
-        key = self.websub.lease(subscription)
-        if await self.redis.get(key) == token.encode():
-            await self.redis.delete(key)
+        call = scripts.subscription_lease_call(self.websub, subscription, token=token, ttl_ms=0)
+        await self._run(self._lease, call)
 
     async def advance_cursor(
         self, subscription: str, token: str, cursor: str, *, ttl_ms: int

@@ -131,3 +131,25 @@ async def test_a_failing_redis_is_store_unavailable() -> None:
             await store.acquire_lease("t", "tok", 1000)
     finally:
         await client.aclose()
+
+
+async def test_a_lease_is_given_back_only_by_its_holder(redis: Redis, prefix: str) -> None:
+    """Release is one step with the check: a process whose lease expired while it worked
+    cannot delete the lease its successor took in the meantime."""
+    store = TopicStore(redis, prefix=prefix)
+    key = store.keys("t").lease
+    assert await store.acquire_lease("t", "first", 60_000)
+    await redis.delete(key)  # the first holder's lease expires...
+    assert await store.acquire_lease("t", "second", 60_000)  # ...and another takes it
+    await store.release_lease("t", "first")
+    assert await redis.get(key) == b"second"
+    await store.release_lease("t", "second")
+    assert await redis.get(key) is None
+    assert await store.acquire_lease("t", "first", 60_000)
+
+    bridge = store.keys("t").bridge_lease
+    assert await store.acquire_bridge_lease("t", "a", 60_000)
+    await store.release_bridge_lease("t", "b")
+    assert await redis.get(bridge) == b"a"
+    await store.release_bridge_lease("t", "a")
+    assert await redis.get(bridge) is None
