@@ -172,6 +172,7 @@ def rotate_call(
             "closed_n": k.closed_list(number),
             "lease": k.lease,
             "framework": k.framework,
+            "stream": k.stream,
         },
         {
             "token": token,

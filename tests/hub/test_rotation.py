@@ -15,11 +15,14 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from rspush.hub.rotation import RotationPolicy, Rotator
+from rspush.hub.ingest import ChangeRecord, IngestPlan
+from rspush.hub.materialise import Urls
+from rspush.hub.rotation import RotationPolicy, Rotator, rotate_once
 from rspush.hub.server import RunningHub, redis_client
 from rspush.hub.store import TopicStore
 from rspush.resourcesync import Document, DocumentType, Entry, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
+from rspush.resourcesync.w3cdt import to_us
 from tests.support.fragments import auth, change_fragment, iso
 from tests.support.hubs import HubFactory
 from tests.support.waiting import TIMEOUT_SCALE, eventually
@@ -394,3 +397,32 @@ async def test_rotator_stops_whenever_it_is_stopped(redis_url: str, prefix: str)
     finally:
         await redis.aclose()
     assert not stuck, f"Rotator.stop() did not return within 1 s (attempt {stuck[0]})"
+
+
+@pytest.mark.timeout(60)
+async def test_the_changes_a_rotation_leaves_keep_their_age(redis: Redis, prefix: str) -> None:
+    """A rotation that closes a full list but leaves later changes open dates the open list
+    from when the first of those was accepted (its stream id), not from the rotation: else
+    every rotation by size would restart the age limit's clock for the changes it left."""
+    store = TopicStore(redis, prefix=prefix)
+    topic = "aged"
+    start = to_us(datetime.now(UTC))
+    records = [
+        ChangeRecord(start + n, f"http://example.com/{n}", "created", "<url/>", "<url/>", "{}")
+        for n in range(70)
+    ]
+    await store.append(
+        topic, IngestPlan(records), now_us=start, idempotency_key=None, idempotency_ttl_s=60
+    )
+    assert await store.acquire_lease(topic, "tok", 60_000)
+    policy = RotationPolicy(max_entries=50, max_age_s=3600, retention_s=3600)
+    later = datetime.now(UTC) + timedelta(minutes=30)  # the rotation runs long after
+    closed = await rotate_once(
+        store, Urls("http://hub.example", topic), topic, token="tok", now=later, policy=policy
+    )
+    assert closed is not None and closed.count == 50
+    meta = await store.meta(topic)
+    assert meta.open_count == 20
+    first_left = (await store.open_entries(topic, meta.open_start, limit=1))[0]
+    assert meta.open_since_us == first_left.position.ms * 1000
+    assert meta.open_since_us < to_us(later) - 60_000_000

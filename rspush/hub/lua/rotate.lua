@@ -9,6 +9,7 @@ local closed = KEYS[2]         -- list: JSON records of the closed Change Lists
 local closed_n = KEYS[3]       -- string: the XML of the list being closed
 local lease = KEYS[4]          -- string: the rotation lease holder's token
 local framework = KEYS[5]      -- stream: the topic's framework events
+local stream = KEYS[6]         -- stream: the topic's changes
 local token = ARGV[1]                  -- this process's lease token
 local expected_open_start = ARGV[2]    -- open_start the caller read (else 'moved')
 local new_open_start = ARGV[3]         -- stream id of the last change closed
@@ -32,9 +33,18 @@ redis.call('SET', closed_n, xml)
 redis.call('RPUSH', closed, record)
 redis.call('HSET', meta, 'open_start', new_open_start, 'open_from', until_us)
 local left = redis.call('HINCRBY', meta, 'open_count', -closed_count)
--- The age of the open list counts from its first change (hub clock).
-if left > 0 then redis.call('HSET', meta, 'open_since', now_us)
-else redis.call('HDEL', meta, 'open_since') end
+-- The age of the open list counts from its first change (hub clock): for the changes left
+-- open, the time the first of them was accepted (its stream id's milliseconds), not now,
+-- so that they are closed on time by the age limit.
+local first = nil
+if left > 0 then first = redis.call('XRANGE', stream, '(' .. new_open_start, '+', 'COUNT', 1)[1] end
+if first then
+  redis.call('HSET', meta, 'open_since', string.match(first[1], '^(%d+)') .. '000')
+elseif left > 0 then
+  redis.call('HSET', meta, 'open_since', now_us)
+else
+  redis.call('HDEL', meta, 'open_since')
+end
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('HSET', meta, 'modified', server_now())
 if framework_maxlen > 0 then
