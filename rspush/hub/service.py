@@ -176,34 +176,23 @@ class IngestService:
         """A Change List fragment or change notification: appended to the topic's stream."""
         admitted = await self._admit(token, topic, idempotency_key, body)
         limits = self.settings.limits
-        now = stamp = self.clock()
-        for attempt in range(STAMP_RETRIES):
-            # Every plan checks the given times against the clock (future tolerance), never
-            # against the stamp; a re-plan only moves the stamped times.
-            plan = await asyncio.to_thread(
-                plan_changes,
+
+        def plan(now: datetime, stamp: datetime) -> IngestPlan:
+            return plan_changes(
                 admitted.document,
                 now=now,
                 stamp=stamp,
                 max_entries=limits.max_entries_per_request,
                 future_tolerance=timedelta(seconds=limits.future_tolerance_s),
             )
-            try:
-                receipt, replayed = await self.store.append(
-                    topic,
-                    plan,
-                    now_us=to_us(now),
-                    idempotency_key=admitted.key,
-                    idempotency_ttl_s=limits.idempotency_ttl_s,
-                    source=admitted.source,
-                    body_sha256=admitted.body_sha256,
-                )
-                break
-            except ChangeTimeBackwards as exc:
-                if not should_restamp(plan, attempt):
-                    raise
-                now = self.clock()
-                stamp = restamp_time(now, exc.last_us)
+
+        receipt, replayed = await self._append_restamping(
+            topic,
+            plan,
+            idempotency_key=admitted.key,
+            source=admitted.source,
+            body_sha256=admitted.body_sha256,
+        )
         if not replayed:  # duplicates the topic already held are not counted again
             self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted", 0)))
         return _receipt(receipt, topic, replayed)
@@ -252,9 +241,9 @@ class IngestService:
         ``bridge:<topic>``. Raises :class:`.store.StaleCheckpoint` if the checkpoint moved."""
         source = f"bridge:{topic}"
         limits = self.settings.limits
-        now = self.clock()
         tolerance = timedelta(seconds=limits.future_tolerance_s)
         if baseline:
+            now = self.clock()
             # The remote's own time of the baseline when the bridge knows it (a ResourceSync
             # Resource List's at): its changes after it must not read as going backwards.
             document = Document(md=Metadata(capability=Capability.RESOURCELIST, at=at or now))
@@ -274,37 +263,62 @@ class IngestService:
             return _receipt(receipt, topic, False)
         held = await self.store.state_entries(topic, sorted({e.loc for e in entries}))
         typed = with_change_types(entries, set(held))
-        stamp = now
-        for attempt in range(STAMP_RETRIES):
-            plan = IngestPlan()
+        changes = Document(md=Metadata(capability=Capability.CHANGELIST), entries=tuple(typed))
+
+        def plan(now: datetime, stamp: datetime) -> IngestPlan:
+            planned = IngestPlan()
             if typed:
-                plan = await asyncio.to_thread(
-                    plan_changes,
-                    Document(md=Metadata(capability=Capability.CHANGELIST), entries=tuple(typed)),
+                planned = plan_changes(
+                    changes,
                     now=now,
                     stamp=stamp,
                     max_entries=max_entries,
                     future_tolerance=tolerance,
                 )
-            plan = without_no_ops(plan, held)
+            return without_no_ops(planned, held)
+
+        receipt, _ = await self._append_restamping(
+            topic, plan, idempotency_key=None, source=source, checkpoint=checkpoint
+        )
+        self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted") or 0))
+        return _receipt(receipt, topic, False)
+
+    async def _append_restamping(
+        self,
+        topic: str,
+        plan: Callable[[datetime, datetime], IngestPlan],
+        *,
+        idempotency_key: str | None,
+        source: str,
+        body_sha256: str = "",
+        checkpoint: CheckpointSet | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Append ``plan(now, stamp)`` (planned in a worker thread); when the append is
+        refused as going backwards and the hub stamped some time itself, plan again with a
+        fresh clock and :func:`restamp_time` and retry (:func:`should_restamp`). Returns the
+        store's (receipt, replayed)."""
+        now = stamp = self.clock()
+        for attempt in range(STAMP_RETRIES):
+            # Every plan checks the given times against the clock (future tolerance), never
+            # against the stamp; a re-plan only moves the stamped times.
+            planned = await asyncio.to_thread(plan, now, stamp)
             try:
-                receipt, _ = await self.store.append(
+                return await self.store.append(
                     topic,
-                    plan,
+                    planned,
                     now_us=to_us(now),
-                    idempotency_key=None,
-                    idempotency_ttl_s=limits.idempotency_ttl_s,
+                    idempotency_key=idempotency_key,
+                    idempotency_ttl_s=self.settings.limits.idempotency_ttl_s,
                     source=source,
+                    body_sha256=body_sha256,
                     checkpoint=checkpoint,
                 )
-                break
             except ChangeTimeBackwards as exc:
-                if not should_restamp(plan, attempt):
+                if not should_restamp(planned, attempt):
                     raise
                 now = self.clock()
                 stamp = restamp_time(now, exc.last_us)
-        self.metrics.accepted.labels(topic).inc(int(receipt.get("accepted") or 0))
-        return _receipt(receipt, topic, False)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _admit(
         self, token: str | None, topic: str, idempotency_key: str | None, body: BodyReader
