@@ -123,7 +123,12 @@ HELPS = [
     ("rs-subscribe", "run"),
     ("rs-subscribe", "watch"),
     ("rs-subscribe", "status"),
+    ("rs-subscribe", "baseline"),
+    ("rs-subscribe", "audit"),
 ]
+# An option shown with its Python type instead of a word that says what to give ("--hub
+# <str>", "--retries <int range>"): every option taking a value names it with a metavar.
+TYPE_METAVAR = re.compile(r"^\s+-[^<\n]*<(?:str|bool|int|float|path|list|file|dir)\b[^>]*>", re.M)
 
 
 @pytest.mark.parametrize("command", HELPS, ids=" ".join)
@@ -131,6 +136,14 @@ def test_help_is_plain_text(command: tuple[str, ...]) -> None:
     text = help_of(*command)
     assert text.startswith("Usage: "), text
     assert "<bool>" not in text and "╭" not in text and "│" not in text, text
+    assert TYPE_METAVAR.findall(text) == [], text
+
+
+def test_a_type_shown_as_metavar_is_found() -> None:
+    assert TYPE_METAVAR.findall("Options:\n  --hub <str>  The hub.\n")
+    assert TYPE_METAVAR.findall("  -c, --config <path>  TOML file.\n")
+    assert TYPE_METAVAR.findall("  --retries <int range>  Retries.\n")
+    assert not TYPE_METAVAR.findall("  --hub URL  The hub.\n  --map URI=DIR  <link> kept\n")
 
 
 def test_bracketed_words_survive_in_help() -> None:
