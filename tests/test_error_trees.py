@@ -13,6 +13,7 @@ import pytest
 import rspush.hub.errors
 import rspush.remote.errors
 import rspush.resourcesync.errors
+import rspush.source.errors
 import rspush.subscriber.errors
 
 
@@ -58,6 +59,7 @@ TREES: list[tuple[ModuleType, type, tuple[str, ...]]] = [
         rspush.resourcesync.errors.ResourceSyncError,
         ("rspush.resourcesync",),
     ),
+    (rspush.source.errors, rspush.source.errors.PublishError, ("rspush.source",)),
 ]
 
 

@@ -26,8 +26,8 @@ import typer
 
 from rspush.resourcesync.models import Change
 
+from .errors import ChangeArgumentError
 from .fragment import (
-    ChangeArgumentError,
     CommandChange,
     FileFacts,
     IncreasingClock,

@@ -12,12 +12,13 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from .posting import FIRST_WAIT_S, MAX_WAIT_S, HubRefused, Poster
+from .errors import HubRefused, StateError, TreeGone
+from .posting import FIRST_WAIT_S, MAX_WAIT_S, Poster
 from .publish import source_token
-from .state import State, StateError
+from .state import State
 from .tree import DEFAULT_SKIPS, Skips
 from .uris import base_url as checked_base_url
-from .watcher import DEFAULT_BATCH_ENTRIES, DEFAULT_QUIET_S, Options, TreeGone, Watcher
+from .watcher import DEFAULT_BATCH_ENTRIES, DEFAULT_QUIET_S, Options, Watcher
 
 STATE_DIR = ".rs-publish"
 STATE_NAME = "state.sqlite"
