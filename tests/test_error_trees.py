@@ -76,6 +76,22 @@ def test_the_drawn_tree_names_every_error(
     assert missing_from_tree(root, packages, drawing) == []
 
 
+def test_every_other_hub_exception_is_drawn_too() -> None:
+    # The hub's exceptions outside HubError (process, bridge, WebSub and push internals) are
+    # listed in the same docstring; private ones (a leading underscore) are control flow.
+    _import_all("rspush.hub")
+    drawing = rspush.hub.errors.__doc__ or ""
+    others = _subclasses(Exception) - _subclasses(rspush.hub.errors.HubError)
+    missing = sorted(
+        f"{kind.__module__}.{kind.__name__}"
+        for kind in others
+        if kind.__module__.startswith("rspush.hub")
+        and not kind.__name__.startswith("_")
+        and kind.__name__ not in drawing.split()
+    )
+    assert missing == []
+
+
 def test_an_error_left_out_of_the_drawing_is_found() -> None:
     class Planted(rspush.hub.errors.HubError):
         pass
