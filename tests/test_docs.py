@@ -124,6 +124,52 @@ def test_the_checks_catch_planted_mistakes(tmp_path: Path) -> None:
     assert not STALE.search("DEST/.rs-subscribe/tmp/x and a tmp_path and /srv/mirror")
 
 
+# docs/hub.md, "Processes" (or several: "A", "B" and "C") in a comment or docstring.
+SECTION_REF = re.compile(r'docs/([\w-]+\.md),((?:\s*(?:,|and)?\s*"[^"\n]+")+)')
+
+
+def missing_sections(text: str, docs: Path) -> list[str]:
+    """Every ``docs/file.md, "Section"`` of ``text`` (line breaks allowed) whose file has no
+    heading starting with that name."""
+    missing = []
+    for match in SECTION_REF.finditer(re.sub(r"\s+", " ", text)):
+        doc = docs / match.group(1)
+        titles = [t.replace("`", "") for _, t in _headings(doc)] if doc.exists() else []
+        for section in re.findall(r'"([^"]+)"', match.group(2)):
+            if not any(title.startswith(section) for title in titles):
+                missing.append(f"{match.group(1)}: {section}")
+    return missing
+
+
+def _headings(path: Path) -> list[tuple[int, str]]:
+    return [
+        (number, match.group(1))
+        for number, line in prose_lines(path.read_text(encoding="utf-8"))
+        if (match := HEADING.match(line))
+    ]
+
+
+def test_every_named_docs_section_exists() -> None:
+    sources = [
+        *sorted((REPO / "rspush").rglob("*.py")),
+        *sorted((REPO / "bench").rglob("*.py")),
+        *sorted((REPO / "tests").rglob("*.py")),
+    ]
+    found = {
+        f"{path.relative_to(REPO)}: {ref}"
+        for path in sources
+        if path != Path(__file__).resolve()
+        for ref in missing_sections(path.read_text(encoding="utf-8"), REPO / "docs")
+    }
+    assert found == set()
+
+
+def test_a_named_section_that_is_not_there_is_found(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("# P\n\n## Limits and slow consumers\n\n## `--x` flags\n")
+    text = 'see (docs/p.md, "Limits", "--x flags" and\n    "Slow consumers") and docs/q.md, "A"'
+    assert missing_sections(text, tmp_path) == ["p.md: Slow consumers", "q.md: A"]
+
+
 def test_docs_and_benchmarks_name_no_issues_or_house_style() -> None:
     bench = sorted((REPO / "bench").rglob("*.py"))
     assert stale_mentions([*DOCS, *bench]) == []
