@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from typing import Any
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 from rspush.subscriber.agent import Agent, AgentConfig
 
+from .harness.agent import agent_running
 from .harness.hub import TOKEN, start_hub
 from .harness.results import command_line, git_state, log, quantiles, write_json
 from .harness.system import free_port, stop_process, until, wait_until
@@ -117,18 +117,6 @@ class PlainSource:
         )
         body = self._urlset("changelist", "".join(self.entries), from_=self.start)
         self._write("changelist.xml", body)
-
-
-@contextlib.asynccontextmanager
-async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(agent.run(), name="agent")
-    try:
-        yield task
-    finally:
-        agent.stop()
-        async with asyncio.timeout(30):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def until_or_report(predicate: Any, what: str, timeout: float, **report: Any) -> None:

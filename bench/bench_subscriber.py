@@ -70,7 +70,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -89,6 +89,7 @@ from rspush.subscriber.appliers import NullApplier
 from rspush.subscriber.push import Change, PushError, push_changes
 
 from .fragments import change_fragment, changes, resource_list
+from .harness.agent import agent_running
 from .harness.hub import AUTH, Hub, add_hub_args, hub_args, metric, start_hub
 from .harness.results import command_line, git_state, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
@@ -226,19 +227,6 @@ class TimingReporter:
 
     def last(self, name: str) -> TimedPhase | None:
         return next((p for p in reversed(self.phases) if p.name == name), None)
-
-
-@contextlib.asynccontextmanager
-async def agent_running(agent: Agent) -> AsyncIterator[asyncio.Task[None]]:
-    """The agent's :meth:`run` as a task; stopped (and its errors raised) on exit."""
-    task = asyncio.create_task(agent.run(), name="agent")
-    try:
-        yield task
-    finally:
-        agent.stop()
-        async with asyncio.timeout(30):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 @dataclass

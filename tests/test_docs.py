@@ -1,7 +1,8 @@
 """The documentation holds together: every relative Markdown link in README.md and docs/*.md
 reaches a file that exists (and, for ``file.md#anchor`` or ``#anchor``, a heading of that
-file, by GitHub's heading slugs); and comments speak of the code, not of the tracker — no
-``issue <number>`` or ``house style`` in the docs, the benchmarks or the package modules."""
+file, by GitHub's heading slugs); and comments speak of the code, not of the tracker or of
+a machine — no ``issue <number>``, ``house style``, ``DESIGN.md`` or machine path (``/tmp/…``,
+``/home/…``) in the docs, the package modules, the tests, the benchmarks or the scripts."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ INLINE_CODE = re.compile(r"`+[^`\n]*`+")
 LINK = re.compile(r"\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 EXTERNAL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|//)")
-STALE = re.compile(r"\bissues?\s*#?\s*\d+|\bhouse[\s-]+style\b", re.IGNORECASE)
+STALE = re.compile(
+    r"\bissues?\s*#?\s*\d+|\bhouse[\s-]+style\b|\bDESIGN\.md\b"
+    # a path of some machine: an absolute /tmp, /home, /work… (not DEST/.rs-subscribe/tmp)
+    r"|(?<![\w.~-])/(?:tmp|home|work|Users|root|mnt)(?:/|\b)",
+    re.IGNORECASE,
+)
 
 
 def prose_lines(text: str) -> list[tuple[int, str]]:
@@ -73,7 +79,8 @@ def broken_links(path: Path) -> list[str]:
 
 
 def stale_mentions(paths: list[Path]) -> list[str]:
-    """``issue N`` / ``house style`` mentions, as ``file:line: text``."""
+    """``issue N`` / ``house style`` / ``DESIGN.md`` / machine path mentions, as
+    ``file:line: text``."""
     found = []
     for path in paths:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -112,6 +119,55 @@ def test_the_checks_catch_planted_mistakes(tmp_path: Path) -> None:
     assert STALE.search("see issue 12") and STALE.search("(Issue #4)")
     assert STALE.search("house style §3") and STALE.search("House-Style")
     assert not STALE.search("encode/httpcore#1103, issues with sockets, 12 issues")
+    assert STALE.search("see DESIGN.md") and STALE.search("written to /tmp/x.log")
+    assert STALE.search("cd /work/main") and STALE.search('Path("/home/me/data")')
+    assert not STALE.search("DEST/.rs-subscribe/tmp/x and a tmp_path and /srv/mirror")
+
+
+# docs/hub.md, "Processes" (or several: "A", "B" and "C") in a comment or docstring.
+SECTION_REF = re.compile(r'docs/([\w-]+\.md),((?:\s*(?:,|and)?\s*"[^"\n]+")+)')
+
+
+def missing_sections(text: str, docs: Path) -> list[str]:
+    """Every ``docs/file.md, "Section"`` of ``text`` (line breaks allowed) whose file has no
+    heading starting with that name."""
+    missing = []
+    for match in SECTION_REF.finditer(re.sub(r"\s+", " ", text)):
+        doc = docs / match.group(1)
+        titles = [t.replace("`", "") for _, t in _headings(doc)] if doc.exists() else []
+        for section in re.findall(r'"([^"]+)"', match.group(2)):
+            if not any(title.startswith(section) for title in titles):
+                missing.append(f"{match.group(1)}: {section}")
+    return missing
+
+
+def _headings(path: Path) -> list[tuple[int, str]]:
+    return [
+        (number, match.group(1))
+        for number, line in prose_lines(path.read_text(encoding="utf-8"))
+        if (match := HEADING.match(line))
+    ]
+
+
+def test_every_named_docs_section_exists() -> None:
+    sources = [
+        *sorted((REPO / "rspush").rglob("*.py")),
+        *sorted((REPO / "bench").rglob("*.py")),
+        *sorted((REPO / "tests").rglob("*.py")),
+    ]
+    found = {
+        f"{path.relative_to(REPO)}: {ref}"
+        for path in sources
+        if path != Path(__file__).resolve()
+        for ref in missing_sections(path.read_text(encoding="utf-8"), REPO / "docs")
+    }
+    assert found == set()
+
+
+def test_a_named_section_that_is_not_there_is_found(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("# P\n\n## Limits and slow consumers\n\n## `--x` flags\n")
+    text = 'see (docs/p.md, "Limits", "--x flags" and\n    "Slow consumers") and docs/q.md, "A"'
+    assert missing_sections(text, tmp_path) == ["p.md: Slow consumers", "q.md: A"]
 
 
 def test_docs_and_benchmarks_name_no_issues_or_house_style() -> None:
@@ -120,7 +176,14 @@ def test_docs_and_benchmarks_name_no_issues_or_house_style() -> None:
 
 
 def test_package_modules_name_no_issues_or_house_style() -> None:
-    """Separate from the docs: the modules under rspush/ are cleaned on their own branches."""
     modules = sorted((REPO / "rspush").rglob("*.py"))
     assert modules
     assert stale_mentions(modules) == []
+
+
+def test_tests_and_scripts_name_no_issues_or_house_style() -> None:
+    # This module is left out: its planted mistakes are what the checker must catch.
+    tests = [p for p in sorted((REPO / "tests").rglob("*.py")) if p != Path(__file__).resolve()]
+    scripts = [p for p in sorted((REPO / "scripts").iterdir()) if p.is_file()]
+    assert tests and scripts
+    assert stale_mentions([*tests, *scripts, REPO / ".ci" / "run"]) == []

@@ -8,7 +8,8 @@ with ``ast``, nothing is imported):
   ``rspush.protocol`` and ``rspush.resourcesync``, never the hub or the subscriber, which
   both may import it;
 - ``rspush.hub`` and ``rspush.subscriber`` never import each other;
-- ``rspush.source`` (``rs-publish``, base install) imports only ``rspush.resourcesync``;
+- ``rspush.source`` (``rs-publish``, base install) imports only ``rspush.remote`` and
+  ``rspush.resourcesync``;
 
 and the same split in the tests (each test above also checks it):
 
@@ -153,6 +154,8 @@ def test_the_checker_flags_violations() -> None:
     assert violations("rspush.source.x", "from ..subscriber import mapping") != []
     assert violations("rspush.hub.x", "from rspush.source import publish") != []
     assert violations("rspush.source.x", "from rspush.resourcesync import serialise") == []
+    assert violations("rspush.source.x", "from rspush.remote.retry import retry_after_s") == []
+    assert violations("rspush.source.x", "from rspush.protocol import Position") != []
     assert violations("rspush.hub.x", "from rspush.remote.discovery import discover") == []
     assert violations("rspush.subscriber.x", "from rspush.remote import reader") == []
     _the_checker_flags_violations_in_tests()

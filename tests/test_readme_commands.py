@@ -1,4 +1,5 @@
-"""Every command line of README.md's ``sh`` blocks uses only options its command has: each
+"""Every command line of the ``sh`` blocks of README.md and docs/*.md uses only options its
+command has: each
 ``rs-*`` invocation (and ``scripts/hub``, which runs ``rs-hub serve``) is parsed and its
 options looked up in that command's ``--help``. And the four commands' help is one plain
 style: no rich boxes, no ``<bool>`` metavars, bracketed words kept."""
@@ -72,6 +73,12 @@ def invocations(line: str) -> list[tuple[tuple[str, ...], list[str]]]:
 
 
 README_LINES = command_lines((REPO / "README.md").read_text(encoding="utf-8"))
+DOC_LINES = [
+    f"{doc.name}: {line}"
+    for doc in sorted((REPO / "docs").glob("*.md"))
+    for line in command_lines(doc.read_text(encoding="utf-8"))
+    if invocations(line)
+]
 
 
 def test_the_readme_has_commands_to_check() -> None:
@@ -80,12 +87,19 @@ def test_the_readme_has_commands_to_check() -> None:
     assert ("rs-publish", "watch") in ran
 
 
-@pytest.mark.parametrize("line", [line for line in README_LINES if invocations(line)])
-def test_every_option_in_the_readme_exists(line: str) -> None:
-    for command, options in invocations(line):
+@pytest.mark.parametrize(
+    "line", [f"README.md: {line}" for line in README_LINES if invocations(line)] + DOC_LINES
+)
+def test_every_option_in_the_readme_and_docs_exists(line: str) -> None:
+    for command, options in invocations(line.split(": ", 1)[1]):
         listed = set(OPTION.findall(help_of(*command)))
         missing = [o for o in options if o not in listed]
-        assert not missing, f"{' '.join(command)} has no {missing} (README: {line})"
+        assert not missing, f"{' '.join(command)} has no {missing} ({line})"
+
+
+def test_the_docs_have_commands_to_check() -> None:
+    ran = {cmd for line in DOC_LINES for cmd, _ in invocations(line.split(": ", 1)[1])}
+    assert {("rs-hub", "serve"), ("rs-subscribe", "run"), ("rs-publish", "watch")} <= ran
 
 
 def test_option_parsing_finds_a_missing_option() -> None:
@@ -109,7 +123,12 @@ HELPS = [
     ("rs-subscribe", "run"),
     ("rs-subscribe", "watch"),
     ("rs-subscribe", "status"),
+    ("rs-subscribe", "baseline"),
+    ("rs-subscribe", "audit"),
 ]
+# An option shown with its Python type instead of a word that says what to give ("--hub
+# <str>", "--retries <int range>"): every option taking a value names it with a metavar.
+TYPE_METAVAR = re.compile(r"^\s+-[^<\n]*<(?:str|bool|int|float|path|list|file|dir)\b[^>]*>", re.M)
 
 
 @pytest.mark.parametrize("command", HELPS, ids=" ".join)
@@ -117,6 +136,14 @@ def test_help_is_plain_text(command: tuple[str, ...]) -> None:
     text = help_of(*command)
     assert text.startswith("Usage: "), text
     assert "<bool>" not in text and "╭" not in text and "│" not in text, text
+    assert TYPE_METAVAR.findall(text) == [], text
+
+
+def test_a_type_shown_as_metavar_is_found() -> None:
+    assert TYPE_METAVAR.findall("Options:\n  --hub <str>  The hub.\n")
+    assert TYPE_METAVAR.findall("  -c, --config <path>  TOML file.\n")
+    assert TYPE_METAVAR.findall("  --retries <int range>  Retries.\n")
+    assert not TYPE_METAVAR.findall("  --hub URL  The hub.\n  --map URI=DIR  <link> kept\n")
 
 
 def test_bracketed_words_survive_in_help() -> None:

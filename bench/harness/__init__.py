@@ -5,6 +5,7 @@
 - :mod:`bench.harness.hub`: a real hub (``rs-hub serve``, its own process, embedded
   valkey-server) on 127.0.0.1, its metrics, and a poster for its ingest endpoint;
 - :mod:`bench.harness.clients`: processes holding many WebSocket push clients;
+- :mod:`bench.harness.agent`: a Destination agent run inside the benchmark's process;
 - :mod:`bench.harness.results`: logging, percentiles, the command line and checkout measured,
   JSON output.
 """

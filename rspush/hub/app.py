@@ -27,6 +27,11 @@ Every document of a private topic, and its topic URI, needs a subscriber's beare
 subscribers. ``/metrics`` and ``/status`` (the operator page, :mod:`.status`) need the
 ``[hub] metrics_token_sha256`` token when one is set. No answer names the store's internals
 (sockets, paths, versions): they go to the log.
+
+Why one module of this size: the route table and its handlers are read together, with
+:class:`Hub`, which builds and starts the parts those handlers use; every handler only
+translates between HTTP and :mod:`.service`, :mod:`.documents`, :mod:`.status` or
+:mod:`.websub`, so nothing here is logic that a smaller module could test on its own.
 """
 
 from __future__ import annotations

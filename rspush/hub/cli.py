@@ -33,33 +33,49 @@ app.add_typer(token_app, name="token")
 def serve(
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="TOML file with [hub], topics, sources, bridges."),
+        typer.Option(
+            "--config", "-c", metavar="FILE", help="TOML file with [hub], topics, sources, bridges."
+        ),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="Address to bind [default: 127.0.0.1].")] = None,
+    host: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Address to bind [default: 127.0.0.1].")
+    ] = None,
     port: Annotated[
         int | None,
         typer.Option(
-            min=0, max=65535, help="HTTP port (documents, posts) [default: 8080]; 0 picks one."
+            metavar="PORT",
+            min=0,
+            max=65535,
+            help="HTTP port (documents, posts) [default: 8080]; 0 picks one.",
         ),
     ] = None,
     push_port: Annotated[
         int | None,
-        typer.Option(min=0, max=65535, help="WebSocket push port [default: 8081]; 0 picks one."),
+        typer.Option(
+            metavar="PORT",
+            min=0,
+            max=65535,
+            help="WebSocket push port [default: 8081]; 0 picks one.",
+        ),
     ] = None,
     data_dir: Annotated[
         Path | None,
-        typer.Option(help="Where the embedded Redis keeps its AOF [default: ./rspush-data]."),
+        typer.Option(
+            metavar="DIR", help="Where the embedded Redis keeps its AOF [default: ./rspush-data]."
+        ),
     ] = None,
     redis_url: Annotated[
         str | None,
         typer.Option(
+            metavar="URL",
             help="Use this Redis (>= 6.2) / Valkey instead of the embedded server, "
-            "e.g. redis://localhost:6379/0. Also RSPUSH_REDIS_URL."
+            "e.g. redis://localhost:6379/0. Also RSPUSH_REDIS_URL.",
         ),
     ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             min=1,
             envvar="RSPUSH_WORKERS",
             help="Processes serving this hub [default: one per CPU]. 1: one process does "

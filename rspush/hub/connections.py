@@ -25,6 +25,7 @@ import errno
 import logging
 import resource
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import h11
@@ -183,9 +184,12 @@ class RateLimitFilter(logging.Filter):
     resources run out: errors about exhausted descriptors or memory (accept failures among
     them) and refused connections. Every other record passes untouched."""
 
-    def __init__(self, interval_s: float = LOG_INTERVAL_S) -> None:
+    def __init__(
+        self, interval_s: float = LOG_INTERVAL_S, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__()
         self.interval_s = interval_s
+        self.clock = clock
         self._last: dict[tuple[str, str], float] = {}
         self._dropped: dict[tuple[str, str], int] = {}
 
@@ -194,7 +198,7 @@ class RateLimitFilter(logging.Filter):
             return True
         # The first line: asyncio's messages go on with the socket's details.
         kind = (record.name, str(record.msg).partition("\n")[0])
-        now = time.monotonic()
+        now = self.clock()
         last = self._last.get(kind)
         if last is not None and now - last < self.interval_s:
             self._dropped[kind] = self._dropped.get(kind, 0) + 1

@@ -26,6 +26,26 @@
 The code (:class:`Code`) is what clients see in the ``error`` member of a JSON error body and
 what the rejection metrics count; the HTTP edge (:mod:`.app`) maps each code to a status in
 one table. Raisers never choose a status.
+
+The hub's other exceptions are never answered to a client: each is caught by the one part
+that expects it, or ends ``rs-hub serve`` with the exit status :mod:`.cli` gives it::
+
+    EmbeddedServerError          the embedded server failed (.embedded): exit 1
+    └── DataDirBusyError         another hub holds the data dir: exit 2
+    ListenError                  a port cannot be bound (.server): exit 2
+    WorkerDied                   worker processes kept dying (.workers): exit 1
+    StaleCheckpoint              a bridge's checkpoint moved under it (.store): the step
+                                 wrote nothing and is dropped (.bridges.runner)
+    BridgeError                  a bridge's remote cannot answer now (.bridges.base): the
+    └── RemoteRegression         runner backs off; a regression is counted, not fatal
+    OaiParseError                an OAI-PMH answer that does not parse (.bridges.oai_parse):
+                                 raised again as a BridgeError
+    BadSubscription              a WebSub form that is no subscription request
+                                 (.websub.form): raised again as SubscriptionRejected
+    CallbackRefused              a WebSub callback the address policy refuses
+                                 (.websub.callbacks): a failed verification or delivery
+    Stalled                      a push client's send buffer stayed full (.push.flow): a
+                                 slow-consumer close
 """
 
 from __future__ import annotations

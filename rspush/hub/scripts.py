@@ -22,10 +22,15 @@ _PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 whole (the non-ASCII form calls back into Python per string); Lua's cjson decodes both."""
 
 
-def load(name: str, *, server_now: bool = False) -> str:
-    """The text of ``lua/{name}.lua``, after ``lua/server_now.lua`` if it stamps times."""
+def load(name: str, *, server_now: bool = False, step_guards: bool = False) -> str:
+    """The text of ``lua/{name}.lua``, after ``lua/server_now.lua`` if it stamps times and
+    ``lua/step_guards.lua`` if it writes a request's step (the checkpoint and idempotency
+    checks append and seed share)."""
     text = (files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-    return load("server_now") + text if server_now else text
+    preludes = [
+        p for p, wanted in (("server_now", server_now), ("step_guards", step_guards)) if wanted
+    ]
+    return "".join(load(prelude) for prelude in preludes) + text
 
 
 @dataclass(frozen=True, slots=True)

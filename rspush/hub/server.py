@@ -1,4 +1,9 @@
-"""Running a hub process: Redis (embedded or given), the app, uvicorn, clean shutdown."""
+"""Running a hub process: Redis (embedded or given), the app, uvicorn, clean shutdown.
+
+Why one module of this size: the start order (data dir lock, ports bound, Redis, the HTTP and
+push servers, or the worker processes) and the stop order are one sequence, read and changed
+in one place; the worker processes themselves are in :mod:`.workers`.
+"""
 
 from __future__ import annotations
 

@@ -25,6 +25,9 @@ Parsing and planning run in worker threads (:func:`asyncio.to_thread`): a 10,000
 fragment costs the CPU a large fraction of a second, which on the event loop would stall every
 other request, the health checks and the push channel; in a thread the loop keeps its turn
 (lxml parses with the GIL released, and the interpreter switches threads every few ms).
+
+Why one module of this size: the three kinds of post (changes, baselines, a bridge's steps)
+share admission and the re-stamping append; split, each part would reach into the others'.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Precedence, highest first: command-line options (applied by the CLI), environment variables
 (``RSPUSH_HUB__BASE_URL``, ``RSPUSH_REDIS_URL``, …; nested fields use ``__``), the TOML file,
 the defaults below. Limits are named constants, each overridable here.
+
+Why one module of this size: it is the whole configuration file's schema, one section a
+class, so every option, its default and its bound are found in one place.
 """
 
 from __future__ import annotations

@@ -215,8 +215,10 @@ class TopicStore:
     def __init__(self, redis: Redis, *, prefix: str = "rs") -> None:
         self.redis = redis
         self.prefix = prefix
-        self._append = redis.register_script(scripts.load("append", server_now=True))
-        self._seed = redis.register_script(scripts.load("seed", server_now=True))
+        self._append = redis.register_script(
+            scripts.load("append", server_now=True, step_guards=True)
+        )
+        self._seed = redis.register_script(scripts.load("seed", server_now=True, step_guards=True))
         self._rotate = redis.register_script(scripts.load("rotate", server_now=True))
         self._lease = redis.register_script(scripts.load("lease"))
         self._snapshot = redis.register_script(scripts.load("snapshot"))

@@ -173,6 +173,7 @@ def main(
         int,
         typer.Option(
             "--max-bytes",
+            metavar="BYTES",
             min=1,
             help="Refuse documents larger than this (default: the Sitemap limit, 50 MB).",
         ),

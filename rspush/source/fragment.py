@@ -21,11 +21,9 @@ from rspush.resourcesync.hashes import HashValue
 from rspush.resourcesync.models import Capability, Change, Document, Entry, Metadata
 from rspush.resourcesync.serialiser import serialise
 
+from .errors import ChangeArgumentError
+
 READ_CHUNK_BYTES = 1024 * 1024
-
-
-class ChangeArgumentError(ValueError):
-    """A change given on the command line cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)

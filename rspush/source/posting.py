@@ -24,6 +24,8 @@ import httpx
 
 from rspush.remote.retry import retry_after_s
 
+from .errors import HubRefused
+
 TIMEOUT_S = 60.0
 FIRST_WAIT_S = 0.5
 """The first backoff; each next one doubles, up to the cap."""
@@ -61,11 +63,6 @@ def wait_s(
 
 def retried(status: int) -> bool:
     return status >= 500 or status in RETRY_STATUSES
-
-
-class HubRefused(Exception):
-    """The hub refused a post for good (a 4xx other than 408/425/429); the message is one
-    line: the status and the hub's own message."""
 
 
 class Poster:

@@ -26,8 +26,8 @@ import typer
 
 from rspush.resourcesync.models import Change
 
+from .errors import ChangeArgumentError
 from .fragment import (
-    ChangeArgumentError,
     CommandChange,
     FileFacts,
     IncreasingClock,
@@ -64,8 +64,10 @@ def backoff_s(attempt: int, first_s: float, retry_after: str | None = None) -> f
 
 @app.command()
 def main(
-    hub: Annotated[str, typer.Option(help="The hub's base URL, e.g. http://127.0.0.1:8080.")],
-    topic: Annotated[str, typer.Option(help="The topic to post to.")],
+    hub: Annotated[
+        str, typer.Option(metavar="URL", help="The hub's base URL, e.g. http://127.0.0.1:8080.")
+    ],
+    topic: Annotated[str, typer.Option(metavar="NAME", help="The topic to post to.")],
     file: Annotated[
         str | None,
         typer.Argument(
@@ -97,20 +99,26 @@ def main(
     ] = None,
     token_file: Annotated[
         Path | None,
-        typer.Option(help="File holding the bearer token (else RSPUSH_TOKEN)."),
+        typer.Option(metavar="FILE", help="File holding the bearer token (else RSPUSH_TOKEN)."),
     ] = None,
     baseline: Annotated[
         bool, typer.Option(help="Post a Resource List: a new topic's baseline state.")
     ] = False,
     idempotency_key: Annotated[
         str | None,
-        typer.Option(help="Key making retries a no-op (default: the SHA-256 of topic and body)."),
+        typer.Option(
+            metavar="KEY",
+            help="Key making retries a no-op (default: the SHA-256 of topic and body).",
+        ),
     ] = None,
     retries: Annotated[
-        int, typer.Option(min=0, help="Retries on connection errors and 502/503/504.")
+        int, typer.Option(metavar="N", min=0, help="Retries on connection errors and 502/503/504.")
     ] = DEFAULT_RETRIES,
     retry_wait: Annotated[
-        float, typer.Option(min=0.0, help="Seconds before the first retry; doubled per retry.")
+        float,
+        typer.Option(
+            metavar="SECONDS", min=0.0, help="Seconds before the first retry; doubled per retry."
+        ),
     ] = DEFAULT_RETRY_WAIT_S,
 ) -> None:
     """Post changes to the hub and print its JSON receipt.

@@ -34,6 +34,7 @@ from typing import IO
 from rspush.resourcesync.w3cdt import format_w3c_datetime, parse_w3c_datetime
 
 from .diff import Published
+from .errors import StateError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -46,10 +47,6 @@ CREATE TABLE IF NOT EXISTS pending (
     changes TEXT NOT NULL
 );
 """
-
-
-class StateError(Exception):
-    """The state file cannot be used; the message says why, on one line."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,13 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from .posting import FIRST_WAIT_S, MAX_WAIT_S, HubRefused, Poster
+from .errors import HubRefused, StateError, TreeGone
+from .posting import FIRST_WAIT_S, MAX_WAIT_S, Poster
 from .publish import source_token
-from .state import State, StateError
+from .state import State
 from .tree import DEFAULT_SKIPS, Skips
 from .uris import base_url as checked_base_url
-from .watcher import DEFAULT_BATCH_ENTRIES, DEFAULT_QUIET_S, Options, TreeGone, Watcher
+from .watcher import DEFAULT_BATCH_ENTRIES, DEFAULT_QUIET_S, Options, Watcher
 
 STATE_DIR = ".rs-publish"
 STATE_NAME = "state.sqlite"
@@ -50,19 +51,25 @@ def watch(
     base_url: Annotated[
         str,
         typer.Option(
+            metavar="URL",
             help="The URL DIR is served at: a file's URI is this plus its path under DIR "
-            "(percent-encoded)."
+            "(percent-encoded).",
         ),
     ],
-    hub: Annotated[str, typer.Option(help="The hub's base URL, e.g. https://hub.example.org.")],
-    topic: Annotated[str, typer.Option(help="The topic to post to.")],
+    hub: Annotated[
+        str, typer.Option(metavar="URL", help="The hub's base URL, e.g. https://hub.example.org.")
+    ],
+    topic: Annotated[str, typer.Option(metavar="NAME", help="The topic to post to.")],
     token_file: Annotated[
         Path | None,
-        typer.Option(help="File holding the Source's bearer token (else RSPUSH_TOKEN)."),
+        typer.Option(
+            metavar="FILE", help="File holding the Source's bearer token (else RSPUSH_TOKEN)."
+        ),
     ] = None,
     state: Annotated[
         Path | None,
         typer.Option(
+            metavar="FILE",
             help=f"What was published, kept across restarts [default: DIR/{STATE_DIR}/"
             f"{STATE_NAME}]. One per tree and topic.",
             show_default=False,
@@ -71,6 +78,7 @@ def watch(
     quiet: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=0.0,
             help="Seconds a file must stay unchanged before it is published (writes in "
             "progress are not).",
@@ -89,7 +97,8 @@ def watch(
         bool, typer.Option(help="Skip the default patterns (hidden, temporary, backup files).")
     ] = True,
     batch: Annotated[
-        int, typer.Option(min=1, max=10_000, help="At most this many changes per post.")
+        int,
+        typer.Option(metavar="N", min=1, max=10_000, help="At most this many changes per post."),
     ] = DEFAULT_BATCH_ENTRIES,
     once: Annotated[
         bool,
@@ -100,10 +109,16 @@ def watch(
         typer.Option(help="Poll the tree instead of OS events (network file systems)."),
     ] = False,
     retry_wait: Annotated[
-        float, typer.Option(min=0.0, help="Seconds before the first retry of a failed post.")
+        float,
+        typer.Option(
+            metavar="SECONDS", min=0.0, help="Seconds before the first retry of a failed post."
+        ),
     ] = FIRST_WAIT_S,
     max_retry_wait: Annotated[
-        float, typer.Option(min=0.0, help="Longest wait between retries (jitter included).")
+        float,
+        typer.Option(
+            metavar="SECONDS", min=0.0, help="Longest wait between retries (jitter included)."
+        ),
     ] = MAX_WAIT_S,
 ) -> None:
     """Publish a directory tree to a hub, and keep publishing it as it changes.

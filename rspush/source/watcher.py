@@ -27,6 +27,7 @@ from rspush.resourcesync.models import Change
 
 from .debounce import Debouncer
 from .diff import Published, decide, to_look_at
+from .errors import TreeGone
 from .fragment import CommandChange, FileFacts, IncreasingClock, build_fragment, handle_facts
 from .posting import Poster, derived_key
 from .state import Pending, Row, State
@@ -39,10 +40,6 @@ DEFAULT_BATCH_ENTRIES = 1000
 ``max_body_bytes`` (10 MiB at some 400 bytes an entry)."""
 TICK_S = 0.1
 """How often pending files are checked for quiet while no event arrives."""
-
-
-class TreeGone(Exception):
-    """The watched directory itself is gone (moved, deleted, unmounted)."""
 
 
 @dataclass(frozen=True)

@@ -157,11 +157,15 @@ def run(
         ),
     ] = None,
     poll_interval: Annotated[
-        float, typer.Option(min=0.05, help="Seconds between polls when push is unavailable.")
+        float,
+        typer.Option(
+            metavar="SECONDS", min=0.05, help="Seconds between polls when push is unavailable."
+        ),
     ] = 5.0,
     rebaseline_interval: Annotated[
         float,
         typer.Option(
+            metavar="SECONDS",
             min=0,
             help="At most one rebaseline per this many seconds; meanwhile the agent follows "
             "the Change Lists it can read.",
@@ -376,7 +380,9 @@ def audit(
 def status(
     state: Annotated[
         Path | None,
-        typer.Option(help="The checkpoint file to read (default: the one under --dest)."),
+        typer.Option(
+            metavar="FILE", help="The checkpoint file to read (default: the one under --dest)."
+        ),
     ] = None,
     dest: Annotated[
         Path | None,
@@ -455,14 +461,22 @@ def watch(
     since: Annotated[
         str | None,
         typer.Option(
+            metavar="POSITION|DATETIME",
             help="Resume point: a stream position (1700000000000-0) or a W3C "
-            "datetime; default: only changes from now on."
+            "datetime; default: only changes from now on.",
         ),
     ] = None,
-    epoch: Annotated[str | None, typer.Option(help="The epoch the position came from.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Frames to ask for: json or xml.")] = "json",
+    epoch: Annotated[
+        str | None, typer.Option(metavar="EPOCH", help="The epoch the position came from.")
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="json|xml", help="Frames to ask for: json or xml.")
+    ] = "json",
     token: Annotated[
-        str | None, typer.Option(help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN).")
+        str | None,
+        typer.Option(
+            metavar="TOKEN", help="Token for private topics (or RSPUSH_SUBSCRIBER_TOKEN)."
+        ),
     ] = None,
     framework: Annotated[
         bool,

@@ -25,6 +25,7 @@ EXIT_INTERRUPTED = 130  # a second SIGINT/SIGTERM: 128 + SIGINT, as shells repor
 SourceUrl = Annotated[
     str,
     typer.Argument(
+        metavar="SOURCE_URL",
         help="The Source: a hub or Source base URL, its /.well-known/resourcesync, a "
         'Capability List, or any page whose Link header or <link rel="resourcesync"> '
         "points to one.",
@@ -73,7 +74,9 @@ DescribedBy = Annotated[
 ]
 Profile = Annotated[
     str | None,
-    typer.Option(help='Only metadata records of this profile (rel="profile" / @profile).'),
+    typer.Option(
+        metavar="URI", help='Only metadata records of this profile (rel="profile" / @profile).'
+    ),
 ]
 JsonLogs = Annotated[bool, typer.Option("--json-logs", help="Log lines as JSON objects.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Verbose logs and tracebacks.")]
@@ -96,12 +99,15 @@ TransferGrace = Annotated[
     typer.Option(
         "--transfer-grace",
         min=0.1,
-        metavar="S",
+        metavar="SECONDS",
         help="Seconds a download may take before --min-rate applies.",
     ),
 ]
 Concurrency = Annotated[
-    int, typer.Option(min=1, max=256, help="Resources fetched at once (per-URI order is kept).")
+    int,
+    typer.Option(
+        metavar="N", min=1, max=256, help="Resources fetched at once (per-URI order is kept)."
+    ),
 ]
 
 

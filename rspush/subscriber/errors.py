@@ -14,6 +14,8 @@ Tree::
     │                           retryable (subscriber.redirects)
     ├── ApplyError              an applier could not apply a change (subscriber.appliers)
     ├── StateLockedError        another agent holds the state file
+    ├── NothingWrittenError     a baseline refused every resource: nothing was written
+    │                           (subscriber.baseline_summary)
     ├── SourceError             a Source document is unusable (bad XML, missing list)
     │   ├── ArchiveTooShortError  the Change Lists do not reach back far enough
     │   │                         (subscriber.changelists)

@@ -42,16 +42,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from rspush.hub.embedded import EmbeddedRedis
-from rspush.resourcesync import parse_document, parse_w3c_datetime
+from rspush.resourcesync import parse_w3c_datetime
 from tests.support.agents import mirror_files
 from tests.support.origin import Announced, Origin, running_origin
 from tests.support.processes import SOURCE_TOKEN, HubProcess, write_config
+from tests.support.served_lists import served_change_lists
 from tests.support.waiting import TIMEOUT_SCALE
 
 pytestmark = [
@@ -460,22 +460,9 @@ class Harness:
             await asyncio.sleep(0.1)
 
     async def listed_changes(self, hub_url: str) -> list[tuple[str, str, str]]:
-        """Every change of the closed lists (archive order) and the open list, read again
-        if a list was closed meanwhile."""
-        async with httpx.AsyncClient(base_url=hub_url, timeout=30) as http:
-            while True:
-                archive = await http.get(f"/topics/{TOPIC}/changelist-archive.xml")
-                assert archive.status_code == 200, archive.text
-                docs = []
-                for item in parse_document(archive.content).entries:
-                    reply = await http.get(urlsplit(item.loc).path)
-                    assert reply.status_code == 200, (item.loc, reply.text)
-                    docs.append(parse_document(reply.content))
-                reply = await http.get(f"/topics/{TOPIC}/changelist.xml")
-                docs.append(parse_document(reply.content))
-                again = await http.get(f"/topics/{TOPIC}/changelist-archive.xml")
-                if again.content == archive.content:
-                    break
+        """Every change of the closed lists (archive order) and the open list, with no gap
+        between two lists."""
+        docs = await served_change_lists(hub_url, TOPIC)
         for before, after in zip(docs, docs[1:], strict=False):
             assert before.md.until == after.md.from_, "the Change Lists leave a gap"
         return [

@@ -573,3 +573,19 @@ async def test_idempotent_baseline(client: httpx.AsyncClient, redis_url: str, pr
     async with Unchanged(redis_url, prefix):
         again = await client.post("/topics/dataset1/baseline", content=body, headers=headers)
     assert again.json() == {**first.json(), "replayed": True}
+
+
+async def test_a_baseline_key_names_one_body(
+    client: httpx.AsyncClient, redis_url: str, prefix: str
+) -> None:
+    clock = Clock()
+    clock()
+    body = resource_list("http://example.com/r1", at=clock.last)
+    headers = {**auth(), "Idempotency-Key": "baseline-2"}
+    first = await client.post("/topics/dataset1/baseline", content=body, headers=headers)
+    assert first.status_code == 202, first.text
+    other = resource_list("http://example.com/r2", at=clock.last)
+    async with Unchanged(redis_url, prefix):
+        reused = await client.post("/topics/dataset1/baseline", content=other, headers=headers)
+    assert reused.status_code == 422, reused.text
+    assert reused.json()["error"] == "idempotency-key-reused"

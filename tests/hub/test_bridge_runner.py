@@ -133,6 +133,26 @@ async def test_a_baseline_seeds_with_its_checkpoint(service: IngestService) -> N
     assert (await service.store.bridge_state("repo")).checkpoint == "b"
 
 
+async def test_a_baseline_from_a_checkpoint_that_moved_writes_nothing(
+    service: IngestService,
+) -> None:
+    first = CheckpointSet(None, "b")
+    seed = [Entry(loc="http://rp.example/a", lastmod=T)]
+    await service.bridged("repo", seed, checkpoint=first, baseline=True, max_entries=100)
+    # A second runner that read no checkpoint yet: its baseline is refused, nothing written.
+    with pytest.raises(StaleCheckpoint):
+        await service.bridged(
+            "repo",
+            [Entry(loc="http://rp.example/z", lastmod=T)],
+            checkpoint=first,
+            baseline=True,
+            max_entries=100,
+        )
+    _, state = await service.store.state("repo")
+    assert sorted(state) == ["http://rp.example/a"]
+    assert (await service.store.bridge_state("repo")).checkpoint == "b"
+
+
 class Scripted:
     """A bridge kind that plays a list of outcomes (steps, None, or errors to raise)."""
 

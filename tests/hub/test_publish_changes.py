@@ -15,8 +15,8 @@ import pytest
 from rspush.hub.server import RunningHub
 from rspush.resourcesync import fragment_violations, is_valid_fragment, parse_document
 from rspush.resourcesync.models import Change
+from rspush.source.errors import ChangeArgumentError
 from rspush.source.fragment import (
-    ChangeArgumentError,
     IncreasingClock,
     build_fragment,
     file_facts,

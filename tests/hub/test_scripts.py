@@ -115,6 +115,13 @@ def test_scripts_that_stamp_times_get_the_server_clock() -> None:
     assert "local function server_now()" not in scripts.load("lease")
 
 
+def test_the_scripts_writing_a_request_share_its_guards() -> None:
+    # append and seed check the checkpoint and the idempotency key with one Lua function.
+    for name in ("append", "seed"):
+        assert "local function refused_step(" in scripts.load(name, step_guards=True)
+    assert "refused_step" not in scripts.load("rotate", server_now=True)
+
+
 async def test_a_failing_redis_is_store_unavailable() -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

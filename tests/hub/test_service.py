@@ -24,7 +24,9 @@ from rspush.hub.errors import (
 )
 from rspush.hub.ingest import IngestPlan
 from rspush.hub.metrics import HubMetrics
+from rspush.hub.scripts import CheckpointSet
 from rspush.hub.service import STAMP_RETRIES, IngestService, should_restamp
+from rspush.resourcesync import Change, Entry, Metadata
 from rspush.resourcesync.w3cdt import to_us
 from tests.support.fragments import TOKEN_A, TOKEN_B, change_fragment
 from tests.support.hubs import make_settings
@@ -49,6 +51,10 @@ class FakeStore:
         self.backwards = backwards
         self.replayed = replayed
         self.appends: list[tuple[IngestPlan, int, str | None]] = []
+        self.scopes: list[dict[str, Any]] = []
+
+    async def state_entries(self, topic: str, locs: list[str]) -> dict[str, str]:
+        return {}  # a topic without state: every bridged change is new
 
     async def append(
         self,
@@ -58,9 +64,10 @@ class FakeStore:
         now_us: int,
         idempotency_key: str | None,
         idempotency_ttl_s: int,
-        **scope: str,
+        **scope: Any,
     ) -> tuple[dict[str, Any], bool]:
         self.appends.append((plan, now_us, idempotency_key))
+        self.scopes.append(scope)
         if len(self.appends) <= self.backwards:
             raise ChangeTimeBackwards(
                 "backwards", topic=topic, first_us=plan.first_time_us, last_us=now_us
@@ -210,6 +217,35 @@ async def test_hub_stamped_changes_are_stamped_again_after_losing_a_race() -> No
     assert times == [to_us(T0 + timedelta(seconds=n)) for n in range(3)]
     assert [now_us for _, now_us, _ in store.appends] == times
     assert metrics.accepted.labels("dataset1")._value.get() == 1
+
+
+async def test_a_bridges_hub_stamped_changes_are_stamped_again_too() -> None:
+    # The bridges' step goes through the same re-stamp policy as a Source's post, and keeps
+    # its checkpoint on every attempt.
+    ingest, store, metrics = service(FakeStore(backwards=2))
+    checkpoint = CheckpointSet(expected=None, value="c1")
+    receipt = await ingest.bridged(
+        "dataset1", [Entry(loc="http://e.org/a")], checkpoint=checkpoint, max_entries=10
+    )
+    assert receipt == {"accepted": 1, "topic": "dataset1", "replayed": False}
+    times = [plan.first_time_us for plan, _, _ in store.appends]
+    assert times == [to_us(T0 + timedelta(seconds=n)) for n in range(3)]
+    assert [scope["checkpoint"] for scope in store.scopes] == [checkpoint] * 3
+    assert {scope["source"] for scope in store.scopes} == {"bridge:dataset1"}
+    assert metrics.accepted.labels("dataset1")._value.get() == 1
+
+
+async def test_a_bridges_given_times_are_never_restamped() -> None:
+    ingest, store, _ = service(FakeStore(backwards=1))
+    given = Entry(
+        loc="http://e.org/a",
+        md=Metadata(change=Change.UPDATED, datetime=T0 - timedelta(hours=1)),
+    )
+    with pytest.raises(ChangeTimeBackwards):
+        await ingest.bridged(
+            "dataset1", [given], checkpoint=CheckpointSet(None, "c1"), max_entries=10
+        )
+    assert len(store.appends) == 1
 
 
 async def test_source_given_times_are_never_restamped() -> None:

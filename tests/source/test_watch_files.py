@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rspush.source.diff import Published
-from rspush.source.state import Pending, Row, State, StateError
+from rspush.source.errors import StateError
+from rspush.source.state import Pending, Row, State
 from rspush.source.tree import Skips, regular_stat, scan
 from rspush.source.watcher import read_facts
 

@@ -17,16 +17,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.staticfiles import StaticFiles
 
-from rspush.resourcesync import Entry, parse_document
+from rspush.resourcesync import Entry
 from rspush.source.tree import Skips
 from tests.support.agents import mirror_files
 from tests.support.fragments import TOKEN_A
+from tests.support.served_lists import served_change_lists
 from tests.support.sockets import bind
 from tests.support.waiting import TIMEOUT_SCALE, eventually
 
@@ -142,22 +142,8 @@ async def publishing(log: Path, *args: str, token: str = TOKEN_A) -> AsyncIterat
 
 async def listed_changes(hub_url: str, topic: str = "dataset1") -> list[Entry]:
     """Every change the hub lists for ``topic``: the closed lists (archive order), then the
-    open list, read again if a list was closed meanwhile."""
-    async with httpx.AsyncClient(base_url=hub_url, timeout=30) as http:
-        while True:
-            archive = await http.get(f"/topics/{topic}/changelist-archive.xml")
-            assert archive.status_code == 200, archive.text
-            docs = []
-            for item in parse_document(archive.content).entries:
-                reply = await http.get(urlsplit(item.loc).path)
-                assert reply.status_code == 200, (item.loc, reply.text)
-                docs.append(parse_document(reply.content))
-            reply = await http.get(f"/topics/{topic}/changelist.xml")
-            assert reply.status_code == 200, reply.text
-            docs.append(parse_document(reply.content))
-            again = await http.get(f"/topics/{topic}/changelist-archive.xml")
-            if again.content == archive.content:
-                return [e for d in docs for e in d.entries]
+    open list."""
+    return [e for d in await served_change_lists(hub_url, topic) for e in d.entries]
 
 
 SKIPS = Skips()

@@ -35,6 +35,11 @@ gzip under the inflation caps, timeouts, ``Retry-After``) and parsed by the one 
 parser; the Capability List, archives, indexes and the open list are conditional
 GETs (ETag / Last-Modified), so a poll of an unchanged Source costs a few ``304``s; a closed
 list, which does not change (§12.1), is read once while it is needed.
+
+Why one module of this size: one step's walk (discovery, baseline, the lists in order, the
+conditional reads and the cache of closed lists) shares the bridge's state between polls;
+the pure parts — where an entry's time is placed and the checkpoint — are in
+:mod:`.rs_position`.
 """
 
 from __future__ import annotations

@@ -28,21 +28,10 @@ local function record(i)
           entry_xml = row[4], state_xml = row[5], entry_json = row[6]}
 end
 
--- A bridge's changes and its checkpoint are one step, and only from the checkpoint it read:
--- a second runner of the same bridge (a lease that expired mid-step) cannot append again.
-if has_checkpoint and (redis.call('GET', checkpoint) or '') ~= checkpoint_expected then
-  return {'stale'}
-end
-
-if has_idem then
-  local seen = redis.call('GET', idem)
-  if seen then
-    -- A key names one request: the same key with another body is not a retry.
-    local stored = cjson.decode(seen).body_sha256
-    if stored and stored ~= body_sha256 then return {'reused'} end
-    return {'dup', seen}
-  end
-end
+-- A bridge's changes and its checkpoint are one step (lua/step_guards.lua).
+local refused = refused_step(has_checkpoint, checkpoint, checkpoint_expected, has_idem, idem,
+                             body_sha256)
+if refused then return refused end
 
 -- A change the topic already holds for its URI (same time, type and entry) is a duplicate:
 -- skipped, counted. Same URI and time with another type or entry is a conflicting history.

@@ -17,18 +17,9 @@ local checkpoint_expected = ARGV[8]    -- the checkpoint it read ('' for none): 
 local checkpoint_value = ARGV[9]       -- the checkpoint it resumes from after this step
 local FIRST_PAIR = 10                  -- then pairs: loc, entry XML
 
-if has_checkpoint and (redis.call('GET', checkpoint) or '') ~= checkpoint_expected then
-  return {'stale'}
-end
-if has_idem then
-  local seen = redis.call('GET', idem)
-  if seen then
-    -- A key names one request: the same key with another body is not a retry.
-    local stored = cjson.decode(seen).body_sha256
-    if stored and stored ~= body_sha256 then return {'reused'} end
-    return {'dup', seen}
-  end
-end
+local refused = refused_step(has_checkpoint, checkpoint, checkpoint_expected, has_idem, idem,
+                             body_sha256)
+if refused then return refused end
 if redis.call('HEXISTS', meta, 'last_t') == 1 or redis.call('EXISTS', state) == 1 then
   return {'history'}
 end

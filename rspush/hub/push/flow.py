@@ -1,5 +1,5 @@
 """Flow control of one push connection: sends that wait a bounded time for a full send
-buffer, and the slow-consumer close (docs/protocol.md, "Slow consumers").
+buffer, and the slow-consumer close (docs/protocol.md, "Limits and slow consumers").
 
 The connection's write buffer limit (``write_limit``, set to ``[push] send_buffer_bytes``)
 makes ``send()`` wait, after writing a frame, until the transport's buffer drains below its
