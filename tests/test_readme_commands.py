@@ -126,9 +126,12 @@ HELPS = [
     ("rs-subscribe", "baseline"),
     ("rs-subscribe", "audit"),
 ]
-# An option shown with its Python type instead of a word that says what to give ("--hub
-# <str>", "--retries <int range>"): every option taking a value names it with a metavar.
-TYPE_METAVAR = re.compile(r"^\s+-[^<\n]*<(?:str|bool|int|float|path|list|file|dir)\b[^>]*>", re.M)
+# An option or argument shown with its Python type instead of a word that says what to give
+# ("--hub <str>", "--retries <int range>", "SOURCE_URL <str>"): every option taking a value
+# names it with a metavar, and arguments show their name alone.
+TYPE_METAVAR = re.compile(
+    r"^\s+(?:-|[A-Z])[^<\n]*<(?:str|bool|int|float|path|list|file|dir)\b[^>]*>", re.M
+)
 
 
 @pytest.mark.parametrize("command", HELPS, ids=" ".join)
@@ -143,6 +146,8 @@ def test_a_type_shown_as_metavar_is_found() -> None:
     assert TYPE_METAVAR.findall("Options:\n  --hub <str>  The hub.\n")
     assert TYPE_METAVAR.findall("  -c, --config <path>  TOML file.\n")
     assert TYPE_METAVAR.findall("  --retries <int range>  Retries.\n")
+    assert TYPE_METAVAR.findall("Arguments:\n  SOURCE_URL <str>  The Source.\n")
+    assert TYPE_METAVAR.findall("  PATH_OR_URL... <list[str]>  Files.\n")
     assert not TYPE_METAVAR.findall("  --hub URL  The hub.\n  --map URI=DIR  <link> kept\n")
 
 
@@ -155,3 +160,29 @@ def test_bracketed_words_survive_in_help() -> None:
 
 def test_status_json_help_says_what_it_prints() -> None:
     assert "A JSON list: one object per Source and topic." in help_of("rs-subscribe", "status")
+
+
+USAGE_ERRORS = [
+    (("rs-hub", "serve", "--port", "abc"), "rs-hub serve: Invalid value for '--port'"),
+    (("rs-hub", "serve", "--no-such-option"), "rs-hub serve: No such option: --no-such-option"),
+    (("rs-publish", "--no-such-option"), "rs-publish: No such option: --no-such-option"),
+    (("rs-publish", "watch"), "rs-publish watch: Missing argument 'DIR'"),
+    (("rs-validate", "--no-such-option"), "rs-validate: No such option: --no-such-option"),
+    (("rs-subscribe", "run"), "rs-subscribe run: Missing argument 'SOURCE_URL'"),
+    (("rs-subscribe", "no-such-command"), "rs-subscribe: No such command 'no-such-command'"),
+]
+
+
+@pytest.mark.parametrize(("command", "start"), USAGE_ERRORS, ids=lambda v: " ".join(v)[:40])
+def test_a_usage_error_is_one_line(command: tuple[str, ...], start: str) -> None:
+    """One line naming the command and where its help is, exit status 2, nothing on stdout
+    (click's own form is four: usage, a hint, a blank line and the error)."""
+    done = subprocess.run(
+        [str(BIN / command[0]), *command[1:]], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(start), lines[0]
+    assert lines[0].endswith(f"(see {start.split(':')[0]} --help)"), lines[0]

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import ValidationError
 
+from rspush.resourcesync.console import PlainCommand, run
+
 from .auth import new_token
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ token_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Sourc
 app.add_typer(token_app, name="token")
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def serve(
     config: Annotated[
         Path | None,
@@ -184,7 +186,7 @@ def _announce(announcement: Announcement) -> None:
     sys.stdout.flush()
 
 
-@token_app.command("new")
+@token_app.command("new", cls=PlainCommand)
 def token_new() -> None:
     """Print a fresh random token and the token_sha256 line for the config file."""
     token, digest = new_token()
@@ -195,3 +197,8 @@ def token_new() -> None:
         "its [[sources]] entry. The hub never stores the token itself.",
         err=True,
     )
+
+
+def main() -> None:
+    """The ``rs-hub`` console script."""
+    run(app, "rs-hub")

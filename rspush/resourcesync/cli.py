@@ -20,6 +20,7 @@ import typer
 
 from . import namespaces as ns
 from .compression import decompressed
+from .console import PlainCommand, run
 from .errors import DocumentError
 from .fragments import fragment_violations
 from .parser import parse_document
@@ -142,8 +143,8 @@ def _print_text(report: Report, strict: bool) -> None:
         typer.echo(f"  error: schema: {message}")
 
 
-@app.command()
-def main(
+@app.command(cls=PlainCommand)
+def validate_documents(
     sources: Annotated[
         list[str],
         typer.Argument(
@@ -204,3 +205,8 @@ def main(
         raise typer.Exit(2)
     if not all(r.valid(strict) for r in reports):
         raise typer.Exit(1)
+
+
+def main() -> None:
+    """The ``rs-validate`` console script."""
+    run(app, "rs-validate")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import sys
 
+from rspush.resourcesync.console import run
+
 from . import publish, watch_cli
 
 
 def main() -> None:
     if sys.argv[1:2] == ["watch"]:
-        watch_cli.app(args=sys.argv[2:], prog_name="rs-publish watch")
+        run(watch_cli.app, "rs-publish watch", sys.argv[2:])
     else:
-        publish.app(prog_name="rs-publish")
+        run(publish.app, "rs-publish")

@@ -24,6 +24,7 @@ from typing import Annotated
 import httpx
 import typer
 
+from rspush.resourcesync.console import PlainCommand
 from rspush.resourcesync.models import Change
 
 from .errors import ChangeArgumentError
@@ -62,7 +63,7 @@ def backoff_s(attempt: int, first_s: float, retry_after: str | None = None) -> f
     return float(min(first_s * 2**attempt, MAX_RETRY_WAIT_S))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def main(
     hub: Annotated[
         str, typer.Option(metavar="URL", help="The hub's base URL, e.g. http://127.0.0.1:8080.")

@@ -12,6 +12,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from rspush.resourcesync.console import PlainCommand
+
 from .errors import HubRefused, StateError, TreeGone
 from .posting import FIRST_WAIT_S, MAX_WAIT_S, Poster
 from .publish import source_token
@@ -40,7 +42,7 @@ def _fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def watch(
     directory: Annotated[
         Path,

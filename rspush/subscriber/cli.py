@@ -30,6 +30,8 @@ from pydantic import ValidationError
 from rspush.protocol import CloseCode, FrameworkFrame, ProtocolError, TopicRequest
 from rspush.remote.deadlines import DEFAULT_GRACE, DEFAULT_MIN_RATE
 from rspush.remote.discovery import discover
+from rspush.resourcesync.console import PlainCommand
+from rspush.resourcesync.console import run as run_app
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
 from .agent import Agent, AgentConfig
@@ -124,7 +126,7 @@ def exit_status(exc: Exception) -> tuple[int, str]:
     raise TypeError(f"no exit status for {type(exc).__name__}") from exc
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def run(
     source_url: SourceUrl,
     dest: Dest,
@@ -214,7 +216,7 @@ def run(
     raise typer.Exit(_agent(config, events, exec_cmd, json_logs, debug, baseline_only=False))
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def baseline(
     source_url: SourceUrl,
     dest: Dest,
@@ -327,7 +329,7 @@ def _fail(message: str, code: int, debug: bool) -> int:
     return code
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def audit(
     source_url: SourceUrl,
     dest: Dest,
@@ -376,7 +378,7 @@ def audit(
     raise typer.Exit(0 if report.in_sync or fixed else EXIT_FAILED)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def status(
     state: Annotated[
         Path | None,
@@ -454,7 +456,7 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else format_w3c_datetime(moment)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def watch(
     source_url: SourceUrl,
     topic: Topic = None,
@@ -582,3 +584,8 @@ def _request(topic: str, since: str | None, epoch: str | None) -> TopicRequest:
         option = "--epoch" if first["loc"][:1] == ("epoch",) else "--since"
         message = str(first["msg"]).removeprefix("Value error, ")
         raise ValueError(f"{option}: {message}") from None
+
+
+def main() -> None:
+    """The ``rs-subscribe`` console script."""
+    run_app(app, "rs-subscribe")
