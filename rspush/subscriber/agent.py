@@ -62,7 +62,7 @@ from .push import (
 )
 from .push_failures import guarded
 from .source_auth import push_token
-from .states import Event, Machine, State, holds_watermark, retries_failures
+from .states import STOPPED_STATES, Event, Machine, State, holds_watermark, retries_failures
 from .stopping import sleep_unless_stopped
 from .watermark import Watermark
 from .wiring import AgentParts, agent_parts
@@ -124,12 +124,12 @@ class Agent:
     def stop(self) -> None:
         """Finish the files being written, commit the checkpoint, return from :meth:`run`.
         Changes queued but not started are left for the next run (the watermark stays
-        before them) — except during a baseline, where what is queued may still finish (an
-        interrupted baseline starts over anyway, without fetching again what it has). After
-        ``stop_grace`` seconds whatever still runs is cut short: downloads are cancelled
-        (their temp files deleted), the queue dropped, the checkpoint committed."""
+        before them); so are a baseline's (an interrupted baseline starts over, without
+        fetching again what it has). After ``stop_grace`` seconds whatever still runs is cut
+        short: downloads are cancelled (their temp files deleted), the checkpoint
+        committed."""
         self._stopped.set()
-        if self._fire(Event.STOP) is State.STOPPING and self.mirror is not None:
+        if self._fire(Event.STOP) in STOPPED_STATES and self.mirror is not None:
             self.mirror.abandon()
         with contextlib.suppress(RuntimeError):  # no running loop: nothing runs to cut
             asyncio.get_running_loop().call_later(self.config.stop_grace, self._cut_short)

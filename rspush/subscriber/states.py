@@ -14,8 +14,9 @@ each state and reports what happened as an :class:`Event`::
         (the Change Lists do not reach back far enough; a catch-up with no watermark)
     BASELINE ──baseline needed──> BASELINE
         (the Source was unavailable part-way: the baseline starts again after a delay)
-    BASELINE ──stop──> BASELINE_STOPPING   (what is queued may finish, within the stop grace)
-    any other ──stop──> STOPPING           (changes not yet started are dropped)
+    BASELINE ──stop──> BASELINE_STOPPING   (the baseline's watermark stays held)
+    any other ──stop──> STOPPING
+    (in both, changes not yet started are dropped; those being written get the stop grace)
     STOPPING, BASELINE_STOPPING: every event leaves them as they are
 
 :class:`Machine` adds the one thing the agent remembers across states: the ``at`` of a
