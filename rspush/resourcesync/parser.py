@@ -226,7 +226,9 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
         doc_links: list[Link] = []
         index = 0
 
-        def events() -> Iterator[tuple[str, Any]]:
+        def batches() -> Iterator[Iterator[tuple[str, Any]]]:
+            # The events of each chunk as one iterator (lxml's queue, emptied by the loop
+            # below before the next chunk is fed): no generator step per event.
             try:
                 for chunk in chunks:
                     if state.size == 0 and chunk:
@@ -237,78 +239,79 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
                             f"document is over the limit of {max_bytes} bytes"
                         )
                     parser.feed(chunk)
-                    yield from parser.read_events()
+                    yield parser.read_events()
                 if state.size == 0:
                     raise MalformedXMLError("empty document: no root element")
                 parser.close()
-                yield from parser.read_events()
+                yield parser.read_events()
             except etree.XMLSyntaxError as exc:
                 raise _syntax_error(exc) from exc
 
-        for event, el in events():
-            if event == "start":
-                depth += 1
-                if len(el.attrib) > MAX_ATTRIBUTES:
-                    raise MalformedXMLError(
-                        f"element with more than {MAX_ATTRIBUTES} attributes: not a Sitemap",
-                        line=el.sourceline,
-                    )
-                if depth > MAX_DEPTH:
-                    raise MalformedXMLError(
-                        f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap",
-                        line=el.sourceline,
-                    )
-                if depth == 1:
-                    root_el = el
-                    root_kind = _check_root(el)
-                    entry_tag = ns.URL if root_kind == "urlset" else ns.SITEMAP
-                continue
+        for batch in batches():
+            for event, el in batch:
+                if event == "start":
+                    depth += 1
+                    if len(el.attrib) > MAX_ATTRIBUTES:
+                        raise MalformedXMLError(
+                            f"element with more than {MAX_ATTRIBUTES} attributes: not a Sitemap",
+                            line=el.sourceline,
+                        )
+                    if depth > MAX_DEPTH:
+                        raise MalformedXMLError(
+                            f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap",
+                            line=el.sourceline,
+                        )
+                    if depth == 1:
+                        root_el = el
+                        root_kind = _check_root(el)
+                        entry_tag = ns.URL if root_kind == "urlset" else ns.SITEMAP
+                    continue
 
-            # event == "end"
-            depth -= 1
-            if depth != 1:
-                continue
-            tag = el.tag
-            if tag == entry_tag or tag in (ns.URL, ns.SITEMAP):
-                if self.head is None:
-                    self.head = _head(root_kind, doc_md, doc_links, el.sourceline)
-                if tag != entry_tag:
-                    state.problem(
-                        "entry-element",
-                        f"<{_local(tag)}> inside <{root_kind}>; expected <{_local(entry_tag)}>",
-                        entry=index,
-                        line=el.sourceline,
-                        section="Z39.99 §7",
-                    )
-                if index >= max_entries:
-                    raise DocumentTooLargeError(
-                        f"more than {max_entries} entries (the Sitemap limit; split the list "
-                        "under an index)",
-                        line=el.sourceline,
-                    )
-                entry = _entry(el, index, state)
-                index += 1
-                _release(el, root_el)
-                yield entry
-            elif tag == ns.RS_MD:
-                if doc_md is not None:
-                    state.problem(
-                        "md-repeated",
-                        "more than one document-level <rs:md>",
-                        entry=None,
-                        line=el.sourceline,
-                    )
+                # event == "end"
+                depth -= 1
+                if depth != 1:
+                    continue
+                tag = el.tag
+                if tag == entry_tag or tag in (ns.URL, ns.SITEMAP):
+                    if self.head is None:
+                        self.head = _head(root_kind, doc_md, doc_links, el.sourceline)
+                    if tag != entry_tag:
+                        state.problem(
+                            "entry-element",
+                            f"<{_local(tag)}> inside <{root_kind}>; expected <{_local(entry_tag)}>",
+                            entry=index,
+                            line=el.sourceline,
+                            section="Z39.99 §7",
+                        )
+                    if index >= max_entries:
+                        raise DocumentTooLargeError(
+                            f"more than {max_entries} entries (the Sitemap limit; split the list "
+                            "under an index)",
+                            line=el.sourceline,
+                        )
+                    entry = _entry(el, index, state)
+                    index += 1
+                    _release(el, root_el)
+                    yield entry
+                elif tag == ns.RS_MD:
+                    if doc_md is not None:
+                        state.problem(
+                            "md-repeated",
+                            "more than one document-level <rs:md>",
+                            entry=None,
+                            line=el.sourceline,
+                        )
+                    else:
+                        doc_md = _metadata(el, None, state)
+                    _release(el, root_el)
+                elif tag == ns.RS_LN:
+                    link = _link(el, None, state)
+                    if link is not None:
+                        doc_links.append(link)
+                    _release(el, root_el)
                 else:
-                    doc_md = _metadata(el, None, state)
-                _release(el, root_el)
-            elif tag == ns.RS_LN:
-                link = _link(el, None, state)
-                if link is not None:
-                    doc_links.append(link)
-                _release(el, root_el)
-            else:
-                _unknown_element(el, None, state)
-                _release(el, root_el)
+                    _unknown_element(el, None, state)
+                    _release(el, root_el)
 
         if root_el is None:
             raise MalformedXMLError("empty document: no root element")
