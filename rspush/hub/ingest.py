@@ -155,9 +155,10 @@ def plan_changes(
     previous: datetime | None = None
     stamped = False
     for index, entry in enumerate(document.entries):
-        stamped = stamped or entry.change_time is None
-        moment = entry.change_time or stamp or now
-        if entry.change_time is not None and moment > latest_allowed:
+        own = entry.change_time
+        stamped = stamped or own is None
+        moment = own or stamp or now
+        if own is not None and moment > latest_allowed:
             raise DocumentRejected(
                 Code.FUTURE_CHANGE_TIME,
                 f"entry {index}: change time {moment.isoformat()} is more than "
@@ -165,7 +166,7 @@ def plan_changes(
                 entry=index,
             )
         if previous is not None and moment < previous:
-            note = "" if entry.change_time else " (it had no time; the hub stamped it now)"
+            note = "" if own else " (it had no time; the hub stamped it now)"
             raise DocumentRejected(
                 Code.FORWARD_ORDER,
                 f"entry {index}: change time {moment.isoformat()}{note} is before entry "

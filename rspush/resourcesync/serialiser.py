@@ -152,15 +152,18 @@ def _escape_attr(text: str) -> str:
     return text.translate(_ATTR_ESCAPES) if _ATTR_SPECIAL.search(text) else text
 
 
-# Attribute order is the models' field order, which follows Table 3 of Z39.99 §7.
-_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
-    model: tuple(name for name in model.model_fields if name != "extra")
+# Attribute order is the models' field order, which follows Table 3 of Z39.99 §7; each field
+# with the attribute's name.
+_FIELDS: dict[type[BaseModel], tuple[tuple[str, str], ...]] = {
+    model: tuple(
+        (name, _ATTR_NAME.get(name, name)) for name in model.model_fields if name != "extra"
+    )
     for model in (Metadata, Link)
 }
-_CHANGE_AT = _FIELDS[Metadata].index("change")
-assert _FIELDS[Metadata][_CHANGE_AT + 1] == "datetime"  # one run each side of the pair
+_CHANGE_AT = [name for name, _ in _FIELDS[Metadata]].index("change")
+assert _FIELDS[Metadata][_CHANGE_AT + 1][0] == "datetime"  # one run each side of the pair
 _MD_BEFORE = _FIELDS[Metadata][:_CHANGE_AT]
-_MD_CHANGE = ("change",)
+_MD_CHANGE = _FIELDS[Metadata][_CHANGE_AT : _CHANGE_AT + 1]
 _MD_AFTER = _FIELDS[Metadata][_CHANGE_AT + 2 :]
 
 
@@ -183,25 +186,27 @@ def _element(tag: str, model: Metadata | Link) -> str:
     return f"<{tag}{attributes}{_foreign_text(model.extra)}/>"
 
 
-def _attribute_text(values: dict[str, Any], names: tuple[str, ...]) -> str:
-    """`` name="value"`` for each field named that has a value, in the order given."""
+def _attribute_text(values: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
+    """`` name="value"`` for each field named (field name, XML name) that has a value, in
+    the order given."""
     text = ""
-    for name in names:
+    for name, xml_name in names:
         value = values[name]
         if value is None:
             continue
         kind = type(value)
-        if kind is str:
-            pass
-        elif kind is tuple:
-            if not value:
-                continue
-            value = " ".join([str(v) for v in value if isinstance(v, HashValue)])
-        elif isinstance(value, datetime):
-            value = format_w3c_datetime(value)
-        else:
-            value = str(value)
-        text += f' {_ATTR_NAME.get(name, name)}="{_escape_attr(value)}"'
+        if kind is not str:
+            if kind is tuple:
+                if not value:
+                    continue
+                value = " ".join([str(v) for v in value if isinstance(v, HashValue)])
+            elif isinstance(value, datetime):
+                value = format_w3c_datetime(value)
+            else:
+                value = str(value)
+        if _ATTR_SPECIAL.search(value):
+            value = value.translate(_ATTR_ESCAPES)
+        text += f' {xml_name}="{value}"'
     return text
 
 
