@@ -191,7 +191,7 @@ def _attribute_text(values: dict[str, Any], names: tuple[tuple[str, str], ...]) 
     the order given."""
     text = ""
     for name, xml_name in names:
-        value = values[name]
+        value = values.get(name)
         if value is None:
             continue
         kind = type(value)

@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import tests.hub.record_oracle as oracle
 from rspush.hub.ingest import _record, plan_changes, plan_seed
 from rspush.resourcesync import Change, Document, DocumentType, Entry, Metadata, parse_document
 from rspush.resourcesync.serialiser import _element, serialise, serialise_entry
 from rspush.resourcesync.w3cdt import format_w3c_datetime
-from tests.hub import record_oracle as oracle
-from tests.resourcesync.strategies import (
+from tests.support.strategies import (
     attribute_text,
     documents,
     extras,

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from rspush.resourcesync import Entry, Link, Metadata
 from rspush.resourcesync.models import construct
-from tests.resourcesync.strategies import (
+from tests.support.strategies import (
     attribute_text,
     extras,
     hash_tuples,
