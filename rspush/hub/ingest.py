@@ -39,7 +39,7 @@ from rspush.resourcesync import (
     validate,
 )
 from rspush.resourcesync.fragments import FRAGMENT_CAPABILITIES, RELAXED_FOR_FRAGMENTS
-from rspush.resourcesync.serialiser import md_element, serialise_entry_with
+from rspush.resourcesync.serialiser import change_entries, state_entry
 from rspush.resourcesync.w3cdt import format_w3c_datetime, to_us
 
 from .errors import Code, DocumentRejected
@@ -155,9 +155,10 @@ def plan_changes(
     previous: datetime | None = None
     stamped = False
     for index, entry in enumerate(document.entries):
-        stamped = stamped or entry.change_time is None
-        moment = entry.change_time or stamp or now
-        if entry.change_time is not None and moment > latest_allowed:
+        own = entry.change_time
+        stamped = stamped or own is None
+        moment = own or stamp or now
+        if own is not None and moment > latest_allowed:
             raise DocumentRejected(
                 Code.FUTURE_CHANGE_TIME,
                 f"entry {index}: change time {moment.isoformat()} is more than "
@@ -165,7 +166,7 @@ def plan_changes(
                 entry=index,
             )
         if previous is not None and moment < previous:
-            note = "" if entry.change_time else " (it had no time; the hub stamped it now)"
+            note = "" if own else " (it had no time; the hub stamped it now)"
             raise DocumentRejected(
                 Code.FORWARD_ORDER,
                 f"entry {index}: change time {moment.isoformat()}{note} is before entry "
@@ -194,32 +195,32 @@ def _record(entry: Entry, moment: datetime) -> ChangeRecord:
     - the Change List entry: what the Source sent, always saying when the change happened
       (1.1 ``rs:md@datetime``) and, for a created/updated resource, its lastmod — as the
       Resource List does: 1.0 clients (resync among them) date resources by lastmod only;
-    - the Resource List entry after the change (:func:`_state_xml`), None for a deletion;
+    - the Resource List entry after the change, None for a deletion;
     - the push channel's JSON form of the Change List entry."""
     md = entry.md
     change = (md.change if md is not None else None) or Change.UPDATED
     moment_text = format_w3c_datetime(moment)
-    own_lastmod = None if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
+    own = entry.lastmod
+    # A 1.0 entry's change time is its lastmod: the same text, formatted once.
+    own_lastmod = (
+        None if own is None else moment_text if own is moment else format_w3c_datetime(own)
+    )
     deleted = change == Change.DELETED
     lastmod = own_lastmod if deleted else own_lastmod or moment_text
-    entry_md = md_element(md, {"datetime": moment_text})
+    entry_xml, state_xml = change_entries(
+        entry,
+        datetime=moment_text,
+        lastmod=lastmod,
+        state_lastmod=None if deleted else own_lastmod or moment_text,
+    )
     return ChangeRecord(
         time_us=to_us(moment),
         loc=entry.loc,
         change=change,
-        entry_xml=serialise_entry_with(entry, lastmod=lastmod, md=entry_md),
-        state_xml=None if deleted else _state_xml(entry, own_lastmod or moment_text),
+        entry_xml=entry_xml,
+        state_xml=state_xml,
         entry_json=change_json_with(entry, change, moment_text, lastmod),
     )
-
-
-_NOT_STATE: dict[str, str | None] = {"change": None, "datetime": None}
-"""What a Resource List entry does not say of its resource: the change and its time."""
-
-
-def _state_xml(entry: Entry, lastmod: str) -> str:
-    """The Resource List entry after this change: lastmod and the representation metadata."""
-    return serialise_entry_with(entry, lastmod=lastmod, md=md_element(entry.md, _NOT_STATE))
 
 
 def plan_seed(
@@ -254,5 +255,5 @@ def plan_seed(
     at_text = format_w3c_datetime(at)
     for entry in document.entries:
         lastmod = at_text if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
-        state[entry.loc] = _state_xml(entry, lastmod)
+        state[entry.loc] = state_entry(entry, lastmod)
     return SeedPlan(at_us=to_us(at), state=state)

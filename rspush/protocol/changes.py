@@ -21,49 +21,56 @@ from .positions import Position
 
 def change_fields(entry: Entry, change: str, moment: datetime) -> dict[str, Any]:
     """The fields of one change in the order the JSON form lists them, without its
-    position: the same from a posted entry (hub) as from a pushed XML entry (client)."""
-    lastmod = None if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
-    return change_fields_with(entry, change, format_w3c_datetime(moment), lastmod)
-
-
-def change_fields_with(
-    entry: Entry, change: str, datetime_text: str, lastmod_text: str | None
-) -> dict[str, Any]:
-    """:func:`change_fields` with the change's datetime and lastmod already formatted (the
-    entry's own ``lastmod`` is not read)."""
-    md = entry.md
-    data: dict[str, Any] = {"loc": entry.loc, "change": change, "datetime": datetime_text}
-    if lastmod_text is not None:
-        data["lastmod"] = lastmod_text
-    if md is not None:
-        if md.hash:
-            data["hash"] = " ".join(str(h) for h in md.hash)
-        for name in ("length", "type", "encoding"):
-            value = getattr(md, name)
-            if value is not None:
-                data[name] = value
-    if entry.links:
-        data["links"] = [
-            link.model_dump(mode="json", exclude_defaults=True) for link in entry.links
-        ]
-    return data
+    position: the same from a posted entry (hub) as from a pushed XML entry (client). They
+    are the JSON form read back, so the two cannot differ."""
+    fields: dict[str, Any] = json.loads(change_json(entry, change, moment))
+    return fields
 
 
 def change_json(entry: Entry, change: str, moment: datetime) -> str:
     """The JSON object of one change, without its position (added when it is pushed)."""
-    return json.dumps(
-        change_fields(entry, change, moment), separators=(",", ":"), ensure_ascii=False
-    )
+    lastmod = None if entry.lastmod is None else format_w3c_datetime(entry.lastmod)
+    return change_json_with(entry, change, format_w3c_datetime(moment), lastmod)
 
 
 def change_json_with(
     entry: Entry, change: str, datetime_text: str, lastmod_text: str | None
 ) -> str:
-    """:func:`change_json` with the datetime and lastmod already formatted."""
-    return _COMPACT.encode(change_fields_with(entry, change, datetime_text, lastmod_text))
+    """:func:`change_json` with the change's datetime and lastmod already formatted (the
+    entry's own ``lastmod`` is not read).
+
+    Written member by member rather than through a dict and an encoder (the hub writes one
+    per change it accepts); each value is encoded as ``json.dumps(…, ensure_ascii=False,
+    separators=(",", ":"))`` encodes it."""
+    md = entry.md
+    text = f'{{"loc":{_json(entry.loc)},"change":{_json(change)},"datetime":{_json(datetime_text)}'
+    if lastmod_text is not None:
+        text += f',"lastmod":{_json(lastmod_text)}'
+    if md is not None:
+        if md.hash:
+            text += f',"hash":{_json(" ".join([str(h) for h in md.hash]))}'
+        if md.length is not None:
+            text += f',"length":{_json(md.length)}'
+        if md.type is not None:
+            text += f',"type":{_json(md.type)}'
+        if md.encoding is not None:
+            text += f',"encoding":{_json(md.encoding)}'
+    if entry.links:
+        links = [link.model_dump(mode="json", exclude_defaults=True) for link in entry.links]
+        text += f',"links":{_json(links)}'
+    return text + "}"
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_STRING = json.encoder.encode_basestring  # what _COMPACT writes a string with
+
+
+def _json(value: object) -> str:
+    if type(value) is str:
+        return _STRING(value)
+    if type(value) is int:
+        return repr(value)
+    return _COMPACT.encode(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,7 @@ def parse_hashes(text: str) -> tuple[HashValue, ...]:
             raise HashSyntaxError(
                 f"hash token {token!r} is not 'algorithm:digest' (e.g. md5:1584abdf…)"
             )
-        values.append(HashValue(match["algorithm"], match["digest"]))
+        values.append(HashValue(*match.group("algorithm", "digest")))
     if not values:
         raise HashSyntaxError("hash attribute is empty")
     return tuple(values)

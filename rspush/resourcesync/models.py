@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -144,6 +144,56 @@ for _cap, _plain, _index in [
     _TYPES[(_cap.value, "urlset")] = _plain
     if _index is not None:
         _TYPES[(_cap.value, "sitemapindex")] = _index
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+_NO_DEFAULT = object()
+_IMMUTABLE = (type(None), str, int, float, tuple, frozenset)
+_Layout = tuple[dict[str, Any], frozenset[str], frozenset[str]]
+_LAYOUTS: dict[type[BaseModel], _Layout] = {}
+
+
+def _layout(model: type[BaseModel]) -> _Layout:
+    """Every field in order with its plain default (a marker where it has none), the fields
+    a caller must give (required, made by a factory, or a default that could be changed in
+    place and so is copied per instance) and all field names."""
+    defaults: dict[str, Any] = {}
+    needed = set()
+    for name, info in model.model_fields.items():
+        if (
+            info.is_required()
+            or info.default_factory is not None
+            or not isinstance(info.default, _IMMUTABLE)
+        ):
+            defaults[name] = _NO_DEFAULT
+            needed.add(name)
+        else:
+            defaults[name] = info.default
+    layout = (defaults, frozenset(needed), frozenset(defaults))
+    _LAYOUTS[model] = layout
+    return layout
+
+
+def construct(model: type[_Model], values: dict[str, Any]) -> _Model:
+    """``model.model_construct(**values)`` for trusted values keyed by field name: the same
+    instance (fields in field order, defaults filled in, the given names as the fields set)
+    at a fraction of the cost, for the parser, which builds several models per entry.
+
+    Values whose field has no plain default (a required field, ``extra``) must be given;
+    otherwise, or for a name that is not a field, this is ``model_construct`` itself."""
+    defaults, needed, names = _LAYOUTS.get(model) or _layout(model)
+    given = values.keys()
+    if not (needed <= given <= names):
+        return model.model_construct(**values)
+    fields = defaults.copy()
+    fields.update(values)
+    instance = model.__new__(model)
+    _set = object.__setattr__
+    _set(instance, "__dict__", fields)
+    _set(instance, "__pydantic_fields_set__", set(given))
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
+    return instance
 
 
 def document_type(capability: str | None, root: Root) -> DocumentType:

@@ -42,7 +42,7 @@ from .errors import (
     WrongNamespaceError,
 )
 from .hashes import HashSyntaxError, parse_hashes
-from .models import Document, Entry, Link, Metadata, Root
+from .models import Document, Entry, Link, Metadata, Root, construct
 from .violations import Severity, Violation
 from .w3cdt import W3CDatetimeError, parse_w3c_datetime
 
@@ -226,7 +226,9 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
         doc_links: list[Link] = []
         index = 0
 
-        def events() -> Iterator[tuple[str, Any]]:
+        def batches() -> Iterator[Iterator[tuple[str, Any]]]:
+            # The events of each chunk as one iterator (lxml's queue, emptied by the loop
+            # below before the next chunk is fed): no generator step per event.
             try:
                 for chunk in chunks:
                     if state.size == 0 and chunk:
@@ -237,78 +239,79 @@ class stream_document(Iterator[Entry]):  # noqa: N801 - used like a function
                             f"document is over the limit of {max_bytes} bytes"
                         )
                     parser.feed(chunk)
-                    yield from parser.read_events()
+                    yield parser.read_events()
                 if state.size == 0:
                     raise MalformedXMLError("empty document: no root element")
                 parser.close()
-                yield from parser.read_events()
+                yield parser.read_events()
             except etree.XMLSyntaxError as exc:
                 raise _syntax_error(exc) from exc
 
-        for event, el in events():
-            if event == "start":
-                depth += 1
-                if len(el.attrib) > MAX_ATTRIBUTES:
-                    raise MalformedXMLError(
-                        f"element with more than {MAX_ATTRIBUTES} attributes: not a Sitemap",
-                        line=el.sourceline,
-                    )
-                if depth > MAX_DEPTH:
-                    raise MalformedXMLError(
-                        f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap",
-                        line=el.sourceline,
-                    )
-                if depth == 1:
-                    root_el = el
-                    root_kind = _check_root(el)
-                    entry_tag = ns.URL if root_kind == "urlset" else ns.SITEMAP
-                continue
+        for batch in batches():
+            for event, el in batch:
+                if event == "start":
+                    depth += 1
+                    if len(el.attrib) > MAX_ATTRIBUTES:
+                        raise MalformedXMLError(
+                            f"element with more than {MAX_ATTRIBUTES} attributes: not a Sitemap",
+                            line=el.sourceline,
+                        )
+                    if depth > MAX_DEPTH:
+                        raise MalformedXMLError(
+                            f"elements nested deeper than {MAX_DEPTH} levels: not a Sitemap",
+                            line=el.sourceline,
+                        )
+                    if depth == 1:
+                        root_el = el
+                        root_kind = _check_root(el)
+                        entry_tag = ns.URL if root_kind == "urlset" else ns.SITEMAP
+                    continue
 
-            # event == "end"
-            depth -= 1
-            if depth != 1:
-                continue
-            tag = el.tag
-            if tag == entry_tag or tag in (ns.URL, ns.SITEMAP):
-                if self.head is None:
-                    self.head = _head(root_kind, doc_md, doc_links, el.sourceline)
-                if tag != entry_tag:
-                    state.problem(
-                        "entry-element",
-                        f"<{_local(tag)}> inside <{root_kind}>; expected <{_local(entry_tag)}>",
-                        entry=index,
-                        line=el.sourceline,
-                        section="Z39.99 §7",
-                    )
-                if index >= max_entries:
-                    raise DocumentTooLargeError(
-                        f"more than {max_entries} entries (the Sitemap limit; split the list "
-                        "under an index)",
-                        line=el.sourceline,
-                    )
-                entry = _entry(el, index, state)
-                index += 1
-                _release(el, root_el)
-                yield entry
-            elif tag == ns.RS_MD:
-                if doc_md is not None:
-                    state.problem(
-                        "md-repeated",
-                        "more than one document-level <rs:md>",
-                        entry=None,
-                        line=el.sourceline,
-                    )
+                # event == "end"
+                depth -= 1
+                if depth != 1:
+                    continue
+                tag = el.tag
+                if tag == entry_tag or tag in (ns.URL, ns.SITEMAP):
+                    if self.head is None:
+                        self.head = _head(root_kind, doc_md, doc_links, el.sourceline)
+                    if tag != entry_tag:
+                        state.problem(
+                            "entry-element",
+                            f"<{_local(tag)}> inside <{root_kind}>; expected <{_local(entry_tag)}>",
+                            entry=index,
+                            line=el.sourceline,
+                            section="Z39.99 §7",
+                        )
+                    if index >= max_entries:
+                        raise DocumentTooLargeError(
+                            f"more than {max_entries} entries (the Sitemap limit; split the list "
+                            "under an index)",
+                            line=el.sourceline,
+                        )
+                    entry = _entry(el, index, state)
+                    index += 1
+                    _release(el, root_el)
+                    yield entry
+                elif tag == ns.RS_MD:
+                    if doc_md is not None:
+                        state.problem(
+                            "md-repeated",
+                            "more than one document-level <rs:md>",
+                            entry=None,
+                            line=el.sourceline,
+                        )
+                    else:
+                        doc_md = _metadata(el, None, state)
+                    _release(el, root_el)
+                elif tag == ns.RS_LN:
+                    link = _link(el, None, state)
+                    if link is not None:
+                        doc_links.append(link)
+                    _release(el, root_el)
                 else:
-                    doc_md = _metadata(el, None, state)
-                _release(el, root_el)
-            elif tag == ns.RS_LN:
-                link = _link(el, None, state)
-                if link is not None:
-                    doc_links.append(link)
-                _release(el, root_el)
-            else:
-                _unknown_element(el, None, state)
-                _release(el, root_el)
+                    _unknown_element(el, None, state)
+                    _release(el, root_el)
 
         if root_el is None:
             raise MalformedXMLError("empty document: no root element")
@@ -467,23 +470,35 @@ def _entry(el: Any, index: int, state: _State) -> Entry:
             line=el.sourceline,
         )
         loc = ""
-    return Entry.model_construct(
-        loc=loc,
-        lastmod=lastmod,
-        changefreq=changefreq,
-        priority=priority,
-        md=md,
-        links=tuple(links),
+    return construct(
+        Entry,
+        {
+            "loc": loc,
+            "lastmod": lastmod,
+            "changefreq": changefreq,
+            "priority": priority,
+            "md": md,
+            "links": tuple(links),
+        },
     )
+
+
+class _Invalid(ValueError):
+    """An attribute or element value that does not convert: the problem to record."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
 
 
 def _datetime(
     text: str, what: str, entry: int | None, line: int | None, state: _State
 ) -> datetime | None:
     try:
-        return parse_w3c_datetime(text)
-    except W3CDatetimeError as exc:
-        state.problem("datetime-syntax", f"{what}: {exc}", entry=entry, line=line)
+        return _dt_attr(text, what)
+    except _Invalid as bad:
+        state.problem(bad.rule, bad.message, entry=entry, line=line)
         return None
 
 
@@ -504,49 +519,46 @@ def _priority(text: str, entry: int, line: int | None, state: _State) -> float |
     return value
 
 
-def _integer(
-    text: str, what: str, entry: int | None, line: int | None, state: _State
-) -> int | None:
+def _integer(text: str, what: str) -> int:
     value = text.strip()
     # 20 digits: any real length; longer ones would only cost int() time (and hit its limit).
     if value.isascii() and value.isdigit() and len(value) <= 20:
         return int(value)
-    state.problem(
+    raise _Invalid(
         "length-integer" if what == "length" else f"{what}-integer",
         f"{what}={text[:40]!r} is not a non-negative integer (at most 20 digits)",
-        entry=entry,
-        line=line,
     )
-    return None
 
 
 def _attributes(
     el: Any,
-    known: frozenset[str],
+    known: dict[str, _Known],
     element: str,
     entry: int | None,
     state: _State,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Split an element's attributes into converted known ones and foreign extras."""
+    """Split an element's attributes into converted known ones (by model field name) and
+    foreign extras."""
     values: dict[str, Any] = {}
     extra: dict[str, str] = {}
-    line = el.sourceline
-    for name, raw in el.attrib.items():
-        if name in known:
-            converter = _CONVERTERS.get(name)
+    for name, raw in el.items():
+        spec = known.get(name)
+        if spec is not None:
+            field, converter, what = spec
             if converter is None:
-                values[name] = raw
+                values[field] = raw
             else:
-                value = converter(raw, f"{element}@{name}", entry, line, state)
-                if value is not None:
-                    values[name] = value
+                try:
+                    values[field] = converter(raw, what)
+                except _Invalid as bad:
+                    state.problem(bad.rule, bad.message, entry=entry, line=el.sourceline)
         elif name.startswith("{"):
             if _namespace(name) == ns.RS_NS:
                 state.problem(
                     "attribute-prefixed",
                     f"{element} attribute rs:{_local(name)} must not have a namespace prefix",
                     entry=entry,
-                    line=line,
+                    line=el.sourceline,
                 )
             else:
                 extra[name] = raw
@@ -556,57 +568,68 @@ def _attributes(
                 f"{element} has unknown attribute {name!r}; extensions must use their own "
                 "XML namespace",
                 entry=entry,
-                line=line,
+                line=el.sourceline,
             )
     return values, extra
 
 
-def _hash_attr(
-    raw: str, what: str, entry: int | None, line: int | None, state: _State
-) -> tuple[Any, ...] | None:
+def _hash_attr(raw: str, what: str) -> tuple[Any, ...]:
     try:
         return parse_hashes(raw)
     except HashSyntaxError as exc:
-        state.problem("hash-syntax", f"{what}: {exc}", entry=entry, line=line)
-        return None
+        raise _Invalid("hash-syntax", f"{what}: {exc}") from None
 
 
-def _pri_attr(
-    raw: str, what: str, entry: int | None, line: int | None, state: _State
-) -> int | None:
-    value = _integer(raw, "pri", entry, line, state)
-    if value is not None and not 1 <= value <= 999_999:
-        state.problem("pri-range", f"{what}={raw!r} is outside 1..999999", entry=entry, line=line)
-        return None
+def _pri_attr(raw: str, what: str) -> int:
+    value = _integer(raw, "pri")
+    if not 1 <= value <= 999_999:
+        raise _Invalid("pri-range", f"{what}={raw!r} is outside 1..999999")
     return value
 
 
-def _dt_attr(raw: str, what: str, entry: int | None, line: int | None, state: _State) -> Any:
-    return _datetime(raw, what, entry, line, state)
+def _dt_attr(raw: str, what: str) -> datetime:
+    try:
+        return parse_w3c_datetime(raw)
+    except W3CDatetimeError as exc:
+        raise _Invalid("datetime-syntax", f"{what}: {exc}") from None
 
 
-def _len_attr(raw: str, what: str, entry: int | None, line: int | None, state: _State) -> Any:
-    return _integer(raw, "length", entry, line, state)
+def _len_attr(raw: str, what: str) -> int:
+    return _integer(raw, "length")
 
 
-_Converter = Callable[[str, str, "int | None", "int | None", _State], Any]
+_Converter = Callable[[str, str], Any]
 _CONVERTERS: dict[str, _Converter] = {
     **dict.fromkeys(_DATETIME_ATTRS, _dt_attr),
     "hash": _hash_attr,
     "length": _len_attr,
     "pri": _pri_attr,
 }
+_Known = tuple[str, "_Converter | None", str]
+"""What to do with a known attribute: its model field, its converter (None: kept as text)
+and how messages name it."""
+
+
+def _known(element: str, names: frozenset[str]) -> dict[str, _Known]:
+    # Made once per element kind: the per-attribute work is one dict look-up.
+    field = {"from": "from_"}
+    return {
+        name: (field.get(name, name), _CONVERTERS.get(name), f"{element}@{name}") for name in names
+    }
+
+
+_MD_KNOWN = _known("<rs:md>", _MD_ATTRS)
+_LN_KNOWN = _known("<rs:ln>", _LN_ATTRS)
 
 
 def _metadata(el: Any, entry: int | None, state: _State) -> Metadata:
-    values, extra = _attributes(el, _MD_ATTRS, "<rs:md>", entry, state)
-    if "from" in values:
-        values["from_"] = values.pop("from")
-    return Metadata.model_construct(extra=extra, **values)
+    values, extra = _attributes(el, _MD_KNOWN, "<rs:md>", entry, state)
+    values["extra"] = extra
+    return construct(Metadata, values)
 
 
 def _link(el: Any, entry: int | None, state: _State) -> Link | None:
-    values, extra = _attributes(el, _LN_ATTRS, "<rs:ln>", entry, state)
+    values, extra = _attributes(el, _LN_KNOWN, "<rs:ln>", entry, state)
     missing = [name for name in ("rel", "href") if not values.get(name)]
     if missing:
         state.problem(
@@ -616,4 +639,5 @@ def _link(el: Any, entry: int | None, state: _State) -> Link | None:
             line=el.sourceline,
         )
         return None
-    return Link.model_construct(extra=extra, **values)
+    values["extra"] = extra
+    return construct(Link, values)

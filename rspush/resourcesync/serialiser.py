@@ -15,18 +15,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
 
 from . import namespaces as ns
 from .hashes import HashValue
 from .models import Document, Entry, Link, Metadata
 from .w3cdt import format_w3c_datetime
 
-_NO_METADATA = Metadata()
-_EMPTY_MD = "<rs:md/>"
 _HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
 _XMLNS = f'xmlns="{ns.SITEMAP_NS}" xmlns:rs="{ns.RS_NS}"'
 
-# Attribute order is the models' field order, which follows Table 3 of Z39.99 §7.
 _ATTR_NAME = {"from_": "from"}
 
 _TEXT_SPECIAL = re.compile(r"[&<>]")
@@ -81,21 +81,63 @@ def serialise_entry_with(
     entry: Entry, *, lastmod: str | None, md: str | None, tag: str = "url"
 ) -> str:
     """:func:`serialise_entry` with the ``<lastmod>`` text and the ``<rs:md>`` element given
-    (None: left out) instead of the entry's own: several forms of one entry are written
-    without copying its model (the hub stores each change in three)."""
-    parts = [f"  <{tag}>\n    <loc>", _escape_text(entry.loc), "</loc>\n"]
-    if lastmod is not None:
-        parts += ["    <lastmod>", lastmod, "</lastmod>\n"]
+    (None: left out) instead of the entry's own."""
+    return _entry_text(tag, _escape_text(entry.loc), lastmod, _middle(entry), md, _links(entry))
+
+
+def change_entries(
+    entry: Entry, *, datetime: str, lastmod: str | None, state_lastmod: str | None
+) -> tuple[str, str | None]:
+    """The two ``<url>`` forms the hub stores for one change, sharing every part they have
+    in common (each written once, no model copied):
+
+    - the Change List entry: the entry with ``lastmod`` (text, or None: left out) and its
+      ``rs:md`` saying ``datetime`` (text) in place of its own;
+    - the Resource List entry after the change: the entry with ``state_lastmod`` and its
+      ``rs:md`` without ``change`` and ``datetime`` (left out when nothing else is left);
+      None when ``state_lastmod`` is None (a deletion leaves no entry)."""
+    before, change, after = _md_runs(entry.md)
+    loc, middle, links = _escape_text(entry.loc), _middle(entry), _links(entry)
+    listed = _entry_text(
+        "url", loc, lastmod, middle, f'<rs:md{before}{change} datetime="{datetime}"{after}/>', links
+    )
+    if state_lastmod is None:
+        return listed, None
+    state_md = f"<rs:md{before}{after}/>" if before or after else None
+    return listed, _entry_text("url", loc, state_lastmod, middle, state_md, links)
+
+
+def state_entry(entry: Entry, lastmod: str) -> str:
+    """The Resource List entry of a resource: ``lastmod`` (text) and the entry's ``rs:md``
+    without ``change`` and ``datetime`` (what a Resource List does not say of it)."""
+    before, _, after = _md_runs(entry.md)
+    state_md = f"<rs:md{before}{after}/>" if before or after else None
+    return _entry_text(
+        "url", _escape_text(entry.loc), lastmod, _middle(entry), state_md, _links(entry)
+    )
+
+
+def _entry_text(
+    tag: str, loc: str, lastmod: str | None, middle: str, md: str | None, links: str
+) -> str:
+    """One entry from its parts, ``loc`` already escaped: the schemas' element order."""
+    lastmod_line = "" if lastmod is None else f"    <lastmod>{lastmod}</lastmod>\n"
+    md_line = "" if md is None else f"    {md}\n"
+    return f"  <{tag}>\n    <loc>{loc}</loc>\n{lastmod_line}{middle}{md_line}{links}  </{tag}>\n"
+
+
+def _middle(entry: Entry) -> str:
+    """``<changefreq>`` and ``<priority>`` lines (between ``<lastmod>`` and ``rs:md``)."""
+    text = ""
     if entry.changefreq is not None:
-        parts += ["    <changefreq>", _escape_text(entry.changefreq), "</changefreq>\n"]
+        text = f"    <changefreq>{_escape_text(entry.changefreq)}</changefreq>\n"
     if entry.priority is not None:
-        parts += ["    <priority>", _priority(entry.priority), "</priority>\n"]
-    if md is not None:
-        parts += ["    ", md, "\n"]
-    for link in entry.links:
-        parts += ["    ", _element("rs:ln", link), "\n"]
-    parts.append(f"  </{tag}>\n")
-    return "".join(parts)
+        text += f"    <priority>{_priority(entry.priority)}</priority>\n"
+    return text
+
+
+def _links(entry: Entry) -> str:
+    return "".join([f"    {_element('rs:ln', link)}\n" for link in entry.links])
 
 
 def _priority(value: float) -> str:
@@ -110,40 +152,68 @@ def _escape_attr(text: str) -> str:
     return text.translate(_ATTR_ESCAPES) if _ATTR_SPECIAL.search(text) else text
 
 
-def md_element(md: Metadata | None, replaced: dict[str, str | None]) -> str | None:
-    """The ``<rs:md …/>`` element of ``md`` (or of no metadata) with the attributes named in
-    ``replaced`` (model field names) given as text, or left out when None, in their places;
-    None if it has no attribute left."""
-    element = _element("rs:md", md or _NO_METADATA, replaced)
-    return None if element == _EMPTY_MD else element
+# Attribute order is the models' field order, which follows Table 3 of Z39.99 §7; each field
+# with the attribute's name.
+_FIELDS: dict[type[BaseModel], tuple[tuple[str, str], ...]] = {
+    model: tuple(
+        (name, _ATTR_NAME.get(name, name)) for name in model.model_fields if name != "extra"
+    )
+    for model in (Metadata, Link)
+}
+_CHANGE_AT = [name for name, _ in _FIELDS[Metadata]].index("change")
+assert _FIELDS[Metadata][_CHANGE_AT + 1][0] == "datetime"  # one run each side of the pair
+_MD_BEFORE = _FIELDS[Metadata][:_CHANGE_AT]
+_MD_CHANGE = _FIELDS[Metadata][_CHANGE_AT : _CHANGE_AT + 1]
+_MD_AFTER = _FIELDS[Metadata][_CHANGE_AT + 2 :]
 
 
-def _element(
-    tag: str, model: Metadata | Link, replaced: dict[str, str | None] | None = None
-) -> str:
+def _md_runs(md: Metadata | None) -> tuple[str, str, str]:
+    """The attributes of an ``rs:md`` in three runs: those before ``change``, ``change``,
+    and those after ``datetime`` (foreign ones last); ``datetime`` itself is left out."""
+    if md is None:
+        return "", "", ""
+    values = md.__dict__
+    return (
+        _attribute_text(values, _MD_BEFORE),
+        _attribute_text(values, _MD_CHANGE),
+        _attribute_text(values, _MD_AFTER) + _foreign_text(md.extra),
+    )
+
+
+def _element(tag: str, model: Metadata | Link) -> str:
     """``<rs:md …/>`` or ``<rs:ln …/>``: attributes in field order, which is Table 3's."""
-    parts = ["<", tag]
-    for name, value in model.__dict__.items():
-        if replaced and name in replaced:
-            value = replaced[name]
-        if value is None or name == "extra":
+    attributes = _attribute_text(model.__dict__, _FIELDS[type(model)])
+    return f"<{tag}{attributes}{_foreign_text(model.extra)}/>"
+
+
+def _attribute_text(values: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
+    """`` name="value"`` for each field named (field name, XML name) that has a value, in
+    the order given."""
+    text = ""
+    for name, xml_name in names:
+        value = values.get(name)
+        if value is None:
             continue
         kind = type(value)
-        if kind is str:
-            text = value
-        elif kind is tuple:
-            if not value:
-                continue
-            text = " ".join(str(v) for v in value if isinstance(v, HashValue))
-        elif isinstance(value, datetime):
-            text = format_w3c_datetime(value)
-        else:
-            text = str(value)
-        parts += [" ", _ATTR_NAME.get(name, name), '="', _escape_attr(text), '"']
-    for name, text in _foreign(model.extra):
-        parts += [" ", name, '="', _escape_attr(text), '"']
-    parts.append("/>")
-    return "".join(parts)
+        if kind is not str:
+            if kind is tuple:
+                if not value:
+                    continue
+                value = " ".join([str(v) for v in value if isinstance(v, HashValue)])
+            elif isinstance(value, datetime):
+                value = format_w3c_datetime(value)
+            else:
+                value = str(value)
+        if _ATTR_SPECIAL.search(value):
+            value = value.translate(_ATTR_ESCAPES)
+        text += f' {xml_name}="{value}"'
+    return text
+
+
+def _foreign_text(extra: dict[str, str]) -> str:
+    if not extra:
+        return ""
+    return "".join([f' {name}="{_escape_attr(text)}"' for name, text in _foreign(extra)])
 
 
 def _foreign(extra: dict[str, str]) -> Iterator[tuple[str, str]]:

@@ -87,14 +87,11 @@ def format_w3c_datetime(moment: datetime) -> str:
         utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
     except OverflowError as exc:
         raise W3CDatetimeError(f"{moment!r} is outside the representable range") from exc
-    # f-string formatting: several times faster than strftime on this hot path.
-    text = (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
-        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-    )
-    if utc.microsecond:
-        text += "." + f"{utc.microsecond:06d}".rstrip("0")
-    return text + "Z"
+    # isoformat() is the cheapest writer (this is on the hub's per-change path): in UTC it
+    # ends in "+00:00", and its six fraction digits, present only when non-zero, lose their
+    # trailing zeros.
+    text = utc.isoformat()[:-6]
+    return (text.rstrip("0") if utc.microsecond else text) + "Z"
 
 
 def ensure_utc(moment: datetime) -> datetime:

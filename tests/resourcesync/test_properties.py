@@ -23,7 +23,7 @@ from rspush.resourcesync import (
     validate,
 )
 from rspush.resourcesync.schema import schema_errors
-from tests.resourcesync.strategies import ALL_TYPES, LAYOUT, documents
+from tests.support.strategies import ALL_TYPES, LAYOUT, documents
 
 KINDS = pytest.mark.parametrize("kind", ALL_TYPES, ids=[kind.name.lower() for kind in ALL_TYPES])
 # Per document type, so every type gets its share; 22 types keep the counts modest.

@@ -21,7 +21,7 @@ from rspush.resourcesync import (
     validate,
 )
 from rspush.resourcesync.schema import schema_errors
-from tests.resourcesync.strategies import documents, uris
+from tests.support.strategies import documents, uris
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 UP = "http://example.com/dataset1/capabilitylist.xml"
