@@ -1,5 +1,6 @@
-"""The document layer stays I/O-free: only the CLI edge may touch the
-network, processes or event loops."""
+"""The document layer stays I/O-free: only the command-line edge (rs-validate's ``cli.py``
+and ``console.py``, the manner all four commands share) may touch the network, processes,
+event loops or the terminal."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import rspush.resourcesync as resourcesync
 
 PACKAGE = Path(resourcesync.__file__).parent
-EDGE = {"cli.py"}
+EDGE = {"cli.py", "console.py"}
 FORBIDDEN_MODULES = {
     "asyncio",
     "httpx",
