@@ -220,37 +220,17 @@ class PushServer:
             await feed.stop()
 
     async def handle(self, connection: ServerConnection) -> None:
+        forget_handshake(connection)
         subs: list[Subscription] = []
         try:
-            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
-                raw = await connection.recv()
-            request = parse_subscribe(raw)
-            for topic_request in request.topics:
-                self._authorise(topic_request.topic, request.token)
-            self._subscribing += 1
-            self._settled.clear()
-            try:
-                for topic_request in request.topics:
-                    outcome = await self._subscribe(
-                        connection,
-                        topic_request,
-                        request.format,
-                        framework=request.framework and self.framework is not None,
-                    )
-                    if isinstance(outcome, HistoryInsufficient):
-                        with contextlib.suppress(ConnectionClosed, Stalled):
-                            await self._write(connection, outcome.encode().encode())
-                        await connection.close(
-                            CloseCode.HISTORY_INSUFFICIENT, "history insufficient"
-                        )
-                        return
-                    subs.append(outcome)
-            finally:
-                self._subscribing -= 1
-                if self._subscribing == 0:
-                    self._settled.set()
-            async for _ in connection:
-                pass  # nothing else is expected; pings are answered by websockets itself
+            if not await self._take_subscribe(connection, subs):
+                return
+            # Only the subscriptions are kept from here on: an idle connection holds nothing
+            # of its subscribe message. Nothing else is expected from the client; reading
+            # goes on so that a stray message is dropped rather than queued (pings are
+            # answered by websockets itself).
+            while True:
+                await connection.recv()
         except ProtocolError as exc:
             await self._refuse(connection, CloseCode.PROTOCOL_ERROR, "protocol-error", str(exc))
         except TimeoutError:
@@ -280,6 +260,37 @@ class PushServer:
             for sub in subs:
                 _drop(self.feeds[sub.topic], sub)
             self._count()
+
+    async def _take_subscribe(self, connection: ServerConnection, subs: list[Subscription]) -> bool:
+        """Read the subscribe message and subscribe each topic, adding to ``subs`` as it
+        goes (the caller drops them however this ends); False when a topic's history is
+        insufficient (the connection is then closed)."""
+        async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
+            raw = await connection.recv()
+        request = parse_subscribe(raw)
+        for topic_request in request.topics:
+            self._authorise(topic_request.topic, request.token)
+        self._subscribing += 1
+        self._settled.clear()
+        try:
+            for topic_request in request.topics:
+                outcome = await self._subscribe(
+                    connection,
+                    topic_request,
+                    request.format,
+                    framework=request.framework and self.framework is not None,
+                )
+                if isinstance(outcome, HistoryInsufficient):
+                    with contextlib.suppress(ConnectionClosed, Stalled):
+                        await self._write(connection, outcome.encode().encode())
+                    await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
+                    return False
+                subs.append(outcome)
+        finally:
+            self._subscribing -= 1
+            if self._subscribing == 0:
+                self._settled.set()
+        return True
 
     def _count(self) -> None:
         if self.on_subscribers is not None:
@@ -469,6 +480,16 @@ class PushServer:
         await close_slow(
             connection, code, message[:120], deadline_s=self.settings.push.close_timeout_s
         )
+
+
+def forget_handshake(connection: ServerConnection) -> None:
+    """Empty the opening handshake's request and response headers, which nothing reads once
+    the connection is open: they are most of what an idle connection would otherwise hold.
+    The objects themselves stay (websockets keeps a reference to the request in its parser);
+    only their contents go."""
+    for message in (connection.request, connection.response):
+        if message is not None:
+            message.headers.clear()
 
 
 def _drop(feed: TopicFeed, sub: Subscription) -> None:
