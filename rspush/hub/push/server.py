@@ -60,6 +60,7 @@ from ..store import StreamEntry, TopicStore
 from .feed import Subscription, TopicFeed
 from .flow import Stalled, close_slow, send_bounded
 from .framework_feed import FrameworkFeed
+from .keepalive import Keepalive
 from .limits import ConnectionLimiter, service_unavailable
 
 log = logging.getLogger("rspush.hub.push")
@@ -132,6 +133,9 @@ class PushServer:
             max_total=connection_cap(push.max_connections, open_file_limit()),
             max_per_address=push.max_connections_per_address,
         )
+        self.keepalive = Keepalive(
+            push.ping_interval_s, push.ping_timeout_s, close_timeout_s=push.close_timeout_s
+        )
         self._replay_slots = asyncio.Semaphore(push.replay_concurrency)
         self._subscribing = 0
         self._settled = asyncio.Event()
@@ -175,16 +179,17 @@ class PushServer:
             self.handle,
             sock=sock,
             open_timeout=push.open_timeout_s,
-            ping_interval=push.ping_interval_s,
-            ping_timeout=push.ping_timeout_s,
+            ping_interval=None,  # one task pings every connection (.keepalive)
             close_timeout=push.close_timeout_s,
             compression=None,  # frames are sent once to many: per-connection deflate defeats it
             max_size=MAX_SUBSCRIBE_BYTES,  # clients only send small control messages
             write_limit=push.send_buffer_bytes,
             create_connection=connection_class,
         )
+        self.keepalive.start()
 
     async def stop(self) -> None:
+        await self.keepalive.stop()
         if self._server is not None:
             # Subscribe messages being served finish registering their topics first (briefly:
             # a long replay is not waited for), so each resume map names every topic.
@@ -221,6 +226,7 @@ class PushServer:
 
     async def handle(self, connection: ServerConnection) -> None:
         forget_handshake(connection)
+        self.keepalive.add(connection)
         subs: list[Subscription] = []
         try:
             if not await self._take_subscribe(connection, subs):
@@ -257,6 +263,7 @@ class PushServer:
             with contextlib.suppress(ConnectionClosed):
                 await connection.close(CloseCode.TRY_AGAIN_LATER, "store unavailable, retry")
         finally:
+            self.keepalive.discard(connection)
             for sub in subs:
                 _drop(self.feeds[sub.topic], sub)
             self._count()
