@@ -69,7 +69,7 @@ class Batch:
         return self.changes[-1].position
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Subscription:
     """One topic of one connection. Until ``live``, feed batches wait in ``pending`` while
     the connection's replay runs; the seam is then de-duplicated by position."""

@@ -60,6 +60,7 @@ from ..store import StreamEntry, TopicStore
 from .feed import Subscription, TopicFeed
 from .flow import Stalled, close_slow, send_bounded
 from .framework_feed import FrameworkFeed
+from .keepalive import Keepalive
 from .limits import ConnectionLimiter, service_unavailable
 
 log = logging.getLogger("rspush.hub.push")
@@ -132,6 +133,9 @@ class PushServer:
             max_total=connection_cap(push.max_connections, open_file_limit()),
             max_per_address=push.max_connections_per_address,
         )
+        self.keepalive = Keepalive(
+            push.ping_interval_s, push.ping_timeout_s, close_timeout_s=push.close_timeout_s
+        )
         self._replay_slots = asyncio.Semaphore(push.replay_concurrency)
         self._subscribing = 0
         self._settled = asyncio.Event()
@@ -175,16 +179,17 @@ class PushServer:
             self.handle,
             sock=sock,
             open_timeout=push.open_timeout_s,
-            ping_interval=push.ping_interval_s,
-            ping_timeout=push.ping_timeout_s,
+            ping_interval=None,  # one task pings every connection (.keepalive)
             close_timeout=push.close_timeout_s,
             compression=None,  # frames are sent once to many: per-connection deflate defeats it
             max_size=MAX_SUBSCRIBE_BYTES,  # clients only send small control messages
             write_limit=push.send_buffer_bytes,
             create_connection=connection_class,
         )
+        self.keepalive.start()
 
     async def stop(self) -> None:
+        await self.keepalive.stop()
         if self._server is not None:
             # Subscribe messages being served finish registering their topics first (briefly:
             # a long replay is not waited for), so each resume map names every topic.
@@ -220,37 +225,18 @@ class PushServer:
             await feed.stop()
 
     async def handle(self, connection: ServerConnection) -> None:
+        forget_handshake(connection)
+        self.keepalive.add(connection)
         subs: list[Subscription] = []
         try:
-            async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
-                raw = await connection.recv()
-            request = parse_subscribe(raw)
-            for topic_request in request.topics:
-                self._authorise(topic_request.topic, request.token)
-            self._subscribing += 1
-            self._settled.clear()
-            try:
-                for topic_request in request.topics:
-                    outcome = await self._subscribe(
-                        connection,
-                        topic_request,
-                        request.format,
-                        framework=request.framework and self.framework is not None,
-                    )
-                    if isinstance(outcome, HistoryInsufficient):
-                        with contextlib.suppress(ConnectionClosed, Stalled):
-                            await self._write(connection, outcome.encode().encode())
-                        await connection.close(
-                            CloseCode.HISTORY_INSUFFICIENT, "history insufficient"
-                        )
-                        return
-                    subs.append(outcome)
-            finally:
-                self._subscribing -= 1
-                if self._subscribing == 0:
-                    self._settled.set()
-            async for _ in connection:
-                pass  # nothing else is expected; pings are answered by websockets itself
+            if not await self._take_subscribe(connection, subs):
+                return
+            # Only the subscriptions are kept from here on: an idle connection holds nothing
+            # of its subscribe message. Nothing else is expected from the client; reading
+            # goes on so that a stray message is dropped rather than queued (pings are
+            # answered by websockets itself).
+            while True:
+                await connection.recv()
         except ProtocolError as exc:
             await self._refuse(connection, CloseCode.PROTOCOL_ERROR, "protocol-error", str(exc))
         except TimeoutError:
@@ -277,9 +263,41 @@ class PushServer:
             with contextlib.suppress(ConnectionClosed):
                 await connection.close(CloseCode.TRY_AGAIN_LATER, "store unavailable, retry")
         finally:
+            self.keepalive.discard(connection)
             for sub in subs:
                 _drop(self.feeds[sub.topic], sub)
             self._count()
+
+    async def _take_subscribe(self, connection: ServerConnection, subs: list[Subscription]) -> bool:
+        """Read the subscribe message and subscribe each topic, adding to ``subs`` as it
+        goes (the caller drops them however this ends); False when a topic's history is
+        insufficient (the connection is then closed)."""
+        async with asyncio.timeout(SUBSCRIBE_TIMEOUT_S):
+            raw = await connection.recv()
+        request = parse_subscribe(raw)
+        for topic_request in request.topics:
+            self._authorise(topic_request.topic, request.token)
+        self._subscribing += 1
+        self._settled.clear()
+        try:
+            for topic_request in request.topics:
+                outcome = await self._subscribe(
+                    connection,
+                    topic_request,
+                    request.format,
+                    framework=request.framework and self.framework is not None,
+                )
+                if isinstance(outcome, HistoryInsufficient):
+                    with contextlib.suppress(ConnectionClosed, Stalled):
+                        await self._write(connection, outcome.encode().encode())
+                    await connection.close(CloseCode.HISTORY_INSUFFICIENT, "history insufficient")
+                    return False
+                subs.append(outcome)
+        finally:
+            self._subscribing -= 1
+            if self._subscribing == 0:
+                self._settled.set()
+        return True
 
     def _count(self) -> None:
         if self.on_subscribers is not None:
@@ -469,6 +487,16 @@ class PushServer:
         await close_slow(
             connection, code, message[:120], deadline_s=self.settings.push.close_timeout_s
         )
+
+
+def forget_handshake(connection: ServerConnection) -> None:
+    """Empty the opening handshake's request and response headers, which nothing reads once
+    the connection is open: they are most of what an idle connection would otherwise hold.
+    The objects themselves stay (websockets keeps a reference to the request in its parser);
+    only their contents go."""
+    for message in (connection.request, connection.response):
+        if message is not None:
+            message.headers.clear()
 
 
 def _drop(feed: TopicFeed, sub: Subscription) -> None:
