@@ -1,5 +1,5 @@
-"""Keepalive pings of the push endpoint (docs/protocol.md, "Limits and slow consumers"): a
-real hub on loopback and clients on websockets' Sans-I/O protocol over plain TCP streams, so each test
+"""Keepalive pings of the push endpoint (docs/protocol.md, "Limits and slow consumers"): a real hub
+on loopback and clients on websockets' Sans-I/O protocol over plain TCP streams, so each test
 decides whether a client answers pings.
 
 - a subscriber that answers is pinged once per ``ping_interval_s``, first one interval

@@ -1,6 +1,6 @@
-"""Keepalive pings of every push connection of a process, from one task (docs/protocol.md,
-"Limits and slow consumers"): each open connection is sent a ping every
-``ping_interval_s``, and one whose pong has not come ``ping_timeout_s`` after its ping is closed with 1011 "keepalive ping
+"""Keepalive pings of every push connection of a process, from one task (docs/protocol.md, "Limits
+and slow consumers"): each open connection is sent a ping every ``ping_interval_s``, and one
+whose pong has not come ``ping_timeout_s`` after its ping is closed with 1011 "keepalive ping
 timeout" (RFC 6455 §5.5.2, §7.4.1), as websockets' own keepalive does.
 
 Why not websockets' own: it runs one task per connection that sleeps between pings, and that
