@@ -266,10 +266,14 @@ class Agent:
             # rebaseline is finished by a run that no longer knows it was one.
             for held in list(mirror.checkpoint.resources()):
                 if held.uri not in seen and held.time <= at:
+                    if self.stopping:
+                        break
                     await mirror.submit(
                         ResourceChange(held.uri, ChangeType.DELETED, at, Channel.BASELINE)
                     )
             await mirror.drain()
+            if self.stopping:
+                return  # deletions were dropped: not complete, the next run starts again
         counts = BaselineCounts.between(len(seen), before, mirror.stats)
         nothing = counts.nothing_written(mirror.first_refused)
         if nothing is not None:

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from rspush.subscriber.agent import Agent, AgentConfig
 from rspush.subscriber.appliers import FilesystemApplier
-from rspush.subscriber.changes import ResourceChange
+from rspush.subscriber.changes import ChangeType, ResourceChange
 from rspush.subscriber.checkpoint import list_topics
 from tests.support.agents import mirror_files
 from tests.support.origin import Origin, running_origin
@@ -28,6 +28,7 @@ from tests.support.static_source import (
     md,
     running_source,
     serve_resource_list,
+    time_of,
 )
 from tests.support.waiting import TIMEOUT_SCALE, eventually
 
@@ -282,3 +283,46 @@ async def test_agents_sharing_a_destination_keep_each_others_downloads(tmp_path:
         assert mirror_files(dest) == {"/big.txt": b"x" * 10}
         assert one.temp_dir != two.temp_dir
         assert one.temp_dir.parent == two.temp_dir.parent == dest / ".rs-subscribe" / "tmp"
+
+
+class StopAfterFirstDeletion(FilesystemApplier):
+    """Applies like the default applier, and stops the agent right after the first deletion
+    (a stop during a rebaseline's deletion pass)."""
+
+    agent: Agent | None = None
+
+    async def apply(
+        self, change: ResourceChange, relative: PurePosixPath, content: Path | None
+    ) -> None:
+        await super().apply(change, relative, content)
+        if change.change == ChangeType.DELETED:
+            assert self.agent is not None
+            self.agent.stop()
+
+
+async def test_a_rebaseline_stopped_while_deleting_is_not_recorded_as_done(
+    tmp_path: Path,
+) -> None:
+    """Stopping drops the queued deletions; the baseline must then stay incomplete (else the
+    next run would follow the Change Lists from its `at`, and the files the Source dropped
+    would stay in the mirror), and the next run finishes it."""
+    many = {f"/r{n:03d}.txt": b"r" for n in range(200)}
+    async with running_source() as source:
+        capability_list(source, {"resourcelist": "/resourcelist.xml"})
+        serve_resource_list(source, {"/a.txt": b"alpha", **many}, at=T0, lastmod=T0)
+        dest = tmp_path / "mirror"
+        config = config_for(source, dest)
+        await Agent(config).run(baseline_only=True)
+        assert len(mirror_files(dest)) == 201
+
+        serve_resource_list(source, {"/a.txt": b"alpha"}, at=T1, lastmod=T1)
+        applier = StopAfterFirstDeletion(dest)
+        interrupted = Agent(config, applier=applier)
+        applier.agent = interrupted
+        await interrupted.run(baseline_only=True)
+        assert len(mirror_files(dest)) > 1, "the deletions were not interrupted"
+        [(state, _)] = list_topics(config.state_path)
+        assert state.baseline_at != time_of(T1)
+
+        await Agent(config).run(baseline_only=True)
+        assert mirror_files(dest) == {"/a.txt": b"alpha"}
