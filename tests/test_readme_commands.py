@@ -186,3 +186,15 @@ def test_a_usage_error_is_one_line(command: tuple[str, ...], start: str) -> None
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(start), lines[0]
     assert lines[0].endswith(f"(see {start.split(':')[0]} --help)"), lines[0]
+
+
+@pytest.mark.parametrize(
+    "command", [("rs-hub",), ("rs-hub", "token"), ("rs-subscribe",)], ids=" ".join
+)
+def test_a_group_without_its_command_shows_its_help_page(command: tuple[str, ...]) -> None:
+    done = subprocess.run(
+        [str(BIN / command[0]), *command[1:]], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.startswith(f"Usage: {' '.join(command)} "), done.stderr
+    assert "Commands:" in done.stderr and len(done.stderr.splitlines()) > 5, done.stderr

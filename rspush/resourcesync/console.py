@@ -51,8 +51,14 @@ def run(app: typer.Typer, prog: str, args: list[str] | None = None) -> NoReturn:
         result = app(args=args, prog_name=prog, standalone_mode=False)
     except typer.TyperException as exc:
         # typer's command-line errors (its own copy of click's): usage errors carry status 2
-        # and the context of the command whose line was wrong.
+        # and the context of the command whose line was wrong. A group called without its
+        # command (``no_args_is_help``) raises one whose message is the whole help page:
+        # shown as it is, not folded onto a line.
         code = getattr(exc, "exit_code", 1)
+        show = getattr(exc, "show", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and callable(show):
+            show()
+            sys.exit(code)
         context = getattr(exc, "ctx", None)
         command = context.command_path if context is not None else prog
         if code == USAGE_EXIT:
