@@ -21,7 +21,7 @@ LINK = re.compile(r"\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 EXTERNAL = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*:|//)")
 STALE = re.compile(
-    r"\bissues?\s*#?\s*\d+|\bhouse[\s-]+style\b|\bDESIGN\.md\b"
+    r"\bissues?\s*#?\s*\d+|\bthe issue(?:'s)?\b|\bhouse[\s-]+style\b|\bDESIGN\.md\b"
     # a path of some machine: an absolute /tmp, /home, /work… (not DEST/.rs-subscribe/tmp)
     r"|(?<![\w.~-])/(?:tmp|home|work|Users|root|mnt)(?:/|\b)",
     re.IGNORECASE,
@@ -118,6 +118,7 @@ def test_the_checks_catch_planted_mistakes(tmp_path: Path) -> None:
     assert stale_mentions([page]) == [f"{page}:12: See issue 12 and the House Style."]
     assert STALE.search("see issue 12") and STALE.search("(Issue #4)")
     assert STALE.search("house style §3") and STALE.search("House-Style")
+    assert STALE.search("The issue's N (100 and 1,000)") and STALE.search("as the issue asks")
     assert not STALE.search("encode/httpcore#1103, issues with sockets, 12 issues")
     assert STALE.search("see DESIGN.md") and STALE.search("written to /tmp/x.log")
     assert STALE.search("cd /work/main") and STALE.search('Path("/home/me/data")')

@@ -250,7 +250,7 @@ def snapshot_call(k: TopicKeys) -> Call:
 
 
 def lease_call(k: TopicKeys, *, token: str, ttl_ms: int, key: str | None = None) -> Call:
-    """The rotation lease, or another lease of the topic (``key``: a bridge's); ``ttl_ms`` 0
+    """The rotation lease, or another lease of the topic (``key``: a bridge's); ``ttl_ms`` -1
     releases it."""
     return Call({"lease": key or k.lease}, {"token": token, "ttl_ms": ttl_ms})
 

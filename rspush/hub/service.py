@@ -66,10 +66,11 @@ P = TypeVar("P")
 STAMP_RETRIES = 5
 """Appends of one post with hub-stamped times, before the backwards rejection stands."""
 SEED_MAX_ENTRIES = 1_000_000
-INLINE_BYTES = 8 * 1024
-"""Bodies up to this size are parsed and planned on the event loop: a few dozen changes cost
-well under a millisecond there, less than the hop to a worker thread and back (measured:
-publish-call p50 0.2-0.4 ms lower for 10-change posts, docs/benchmarks.md)."""
+INLINE_BYTES = 3 * 1024
+"""Bodies up to this size are parsed and planned on the event loop, without the hop to a
+worker thread and back: a 10-change post with hashes and lengths is about 2 KiB, and the
+worst case, 3 KiB of the smallest entries (about 45 changes), costs the loop about 1.5 ms.
+Measured: publish-call p50 0.2-0.4 ms lower for 10-change posts (docs/benchmarks.md)."""
 NOTIFICATION_MEDIA_TYPE = "application/xml"
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 

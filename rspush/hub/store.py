@@ -129,6 +129,10 @@ class PushMeta:
     trimmed_time: datetime | None
 
 
+RELEASE = -1
+"""The lease script's ``ttl_ms`` that gives a lease back (lua/lease.lua)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicMeta:
     epoch: str | None
@@ -382,7 +386,7 @@ class TopicStore:
     async def release_bridge_lease(self, topic: str, token: str) -> None:
         k = self.keys(topic)
         await self._run(
-            self._lease, scripts.lease_call(k, token=token, ttl_ms=0, key=k.bridge_lease)
+            self._lease, scripts.lease_call(k, token=token, ttl_ms=RELEASE, key=k.bridge_lease)
         )
 
     async def bridge_state(self, topic: str) -> BridgeState:
@@ -414,7 +418,9 @@ class TopicStore:
         return {loc: v.decode() for loc, v in zip(locs, values, strict=True) if v is not None}
 
     async def release_lease(self, topic: str, token: str) -> None:
-        await self._run(self._lease, scripts.lease_call(self.keys(topic), token=token, ttl_ms=0))
+        await self._run(
+            self._lease, scripts.lease_call(self.keys(topic), token=token, ttl_ms=RELEASE)
+        )
 
     async def close_list(
         self,
@@ -770,7 +776,9 @@ class TopicStore:
         return bool(await self._run(self._lease, call))
 
     async def release_subscription_lease(self, subscription: str, token: str) -> None:
-        call = scripts.subscription_lease_call(self.websub, subscription, token=token, ttl_ms=0)
+        call = scripts.subscription_lease_call(
+            self.websub, subscription, token=token, ttl_ms=RELEASE
+        )
         await self._run(self._lease, call)
 
     async def advance_cursor(

@@ -33,9 +33,10 @@ redis.call('SET', closed_n, xml)
 redis.call('RPUSH', closed, record)
 redis.call('HSET', meta, 'open_start', new_open_start, 'open_from', until_us)
 local left = redis.call('HINCRBY', meta, 'open_count', -closed_count)
--- The age of the open list counts from its first change (hub clock): for the changes left
--- open, the time the first of them was accepted (its stream id's milliseconds), not now,
--- so that they are closed on time by the age limit.
+-- The age of the open list counts from its first change: for the changes left open, the
+-- time the first of them was accepted (its stream id's milliseconds: the Redis server's
+-- clock, which the hub's must follow, as for Last-Modified), not now, so that the age
+-- limit closes them on time.
 local first = nil
 if left > 0 then first = redis.call('XRANGE', stream, '(' .. new_open_start, '+', 'COUNT', 1)[1] end
 if first then

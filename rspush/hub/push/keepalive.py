@@ -54,11 +54,11 @@ class Keepalive:
         self._task = asyncio.create_task(self._run(), name="rspush-keepalive")
 
     async def stop(self) -> None:
-        tasks = list(self._pinging.values())
+        # The wheel first: a tick while the pings are cancelled would start new ones.
         if self._task is not None:
-            tasks.append(self._task)
+            await cancel_and_wait(self._task)
             self._task = None
-        for task in tasks:
+        for task in list(self._pinging.values()):
             await cancel_and_wait(task)
 
     def add(self, connection: ServerConnection) -> None:
