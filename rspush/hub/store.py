@@ -187,6 +187,11 @@ class ClosedList:
         )
 
 
+def _text(value: Any) -> str:
+    """A Redis reply as text (bytes are UTF-8; a script may also return a number)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -306,7 +311,7 @@ class TopicStore:
     def _outcome(
         topic: str, outcome: list[Any], first_us: int, plan: IngestPlan | None = None
     ) -> tuple[dict[str, Any], bool]:
-        status = outcome[0].decode() if isinstance(outcome[0], bytes) else outcome[0]
+        status = _text(outcome[0])
         if status == "reused":
             raise IdempotencyKeyReused()
         if status == "stale":
@@ -453,7 +458,7 @@ class TopicStore:
             index_loc=announce.index_loc,
         )
         outcome = await self._run(self._rotate, call)
-        return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+        return _text(outcome)
 
     async def trim(self, topic: str, min_id: str) -> int:
         """Drop stream entries older than ``min_id`` (callers keep the open list).
@@ -568,7 +573,7 @@ class TopicStore:
         )
         found: dict[str, list[FrameworkEvent]] = {}
         for raw_key, rows in reply or []:
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            key = _text(raw_key)
             found[topic_of[key]] = [decode_framework_row(row) for row in rows]
         return found
 
@@ -610,7 +615,7 @@ class TopicStore:
             maxlen=max_events,
             approximate=True,
         )
-        return Position.parse(raw.decode() if isinstance(raw, bytes) else str(raw))
+        return Position.parse(_text(raw))
 
     async def announce_resource_list(
         self,
@@ -635,7 +640,7 @@ class TopicStore:
             max_entries=max_entries,
         )
         outcome = await self._run(self._framework_rl, call)
-        return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+        return _text(outcome)
 
     async def announce_document(
         self,
@@ -662,7 +667,7 @@ class TopicStore:
             capability=capability,
         )
         outcome = await self._run(self._framework_doc, call)
-        return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+        return _text(outcome)
 
     async def record_topics(
         self, topics: list[str], *, forget: str | None = None
@@ -722,7 +727,7 @@ class TopicStore:
         if not first:
             return None
         raw = first[0]
-        oldest = Position.parse(raw.decode() if isinstance(raw, bytes) else str(raw))
+        oldest = Position.parse(_text(raw))
         return None if oldest == ZERO else oldest.predecessor()
 
     async def last_row(self, key: str, decode: Callable[[Any], _R]) -> _R | None:
@@ -818,7 +823,7 @@ def decode_framework_row(row: Any) -> FrameworkEvent:
     """The one decoder of a framework stream row."""
     raw_id, fields = row
     return FrameworkEvent(
-        position=Position.parse(raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)),
+        position=Position.parse(_text(raw_id)),
         change=FrameworkChange(
             loc=fields[b"loc"].decode(),
             change=Change(fields[b"ch"].decode()),
@@ -833,7 +838,7 @@ def decode_stream_row(row: Any) -> StreamEntry:
     """The one decoder of a stream row (an id and the fields the append script writes)."""
     raw_id, fields = row
     return StreamEntry(
-        position=Position.parse(raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)),
+        position=Position.parse(_text(raw_id)),
         time_us=int(fields[b"t"]),
         xml=fields[b"x"].decode(),
         json=fields[b"j"].decode(),

@@ -119,7 +119,8 @@ def parse_hashes(text: str) -> tuple[HashValue, ...]:
 
 
 def format_hashes(values: tuple[HashValue, ...]) -> str:
-    return " ".join(str(v) for v in values)
+    # Once or twice per change on the agent's catch-up path: no generator, no __str__ calls.
+    return " ".join([f"{v.algorithm}:{v.digest}" for v in values])
 
 
 def _digest_size(name: str | None) -> int | None:

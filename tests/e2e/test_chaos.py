@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,6 +283,16 @@ class Harness:
                     f"[seed {self.seed}] hub {index} exited {code} on its own; "
                     f"its log:\n{hub.log[-6000:]}"
                 )
+
+    async def until(self, done: Callable[[], bool], what: str, timeout: float = 30) -> None:
+        """Wait for ``done``, checking the processes meanwhile; fail after ``timeout``
+        (scaled) seconds naming ``what``."""
+        deadline = time.monotonic() + timeout * TIMEOUT_SCALE
+        while not done():
+            self.check()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"[seed {self.seed}] timed out waiting for {what}")
+            await asyncio.sleep(0.05)
 
     async def sleep(self, seconds: float) -> None:
         """Sleep, checking the processes meanwhile."""
@@ -526,7 +537,9 @@ async def test_chaos(tmp_path: Path) -> None:
             stop_posting = asyncio.Event()
             poster = asyncio.create_task(harness.poster(stop_posting), name="poster")
             try:
-                await harness.sleep(1.0)  # a few changes before the agents' baseline
+                await harness.until(  # a few changes before the agents' baseline
+                    lambda: len(harness.acknowledged) >= 10, "the first changes acknowledged"
+                )
                 for index in range(AGENTS):
                     harness.add_agent(index)
                 await harness.chaos(CHAOS_S)

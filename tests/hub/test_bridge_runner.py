@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -21,6 +22,7 @@ from rspush.hub.settings import BridgeConfig, Settings, Topic
 from rspush.hub.store import StaleCheckpoint, TopicStore
 from rspush.resourcesync import Entry, Metadata
 from rspush.resourcesync.w3cdt import to_us
+from tests.support.waiting import eventually
 
 T = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -245,6 +247,16 @@ async def test_the_lease_is_kept_while_a_step_waits(service: IngestService) -> N
         bridge=Slow(1.5),
     )
     step = asyncio.create_task(runner.round())
-    await asyncio.sleep(0.6)  # twice the lease's lifetime
-    assert not await service.store.acquire_bridge_lease("repo", "other", 300)
+    lease = service.store.keys("repo").bridge_lease
+
+    async def taken() -> bool:
+        return await service.store.redis.get(lease) == b"slow"
+
+    await eventually(taken, what="the runner's lease")
+    # Held all along, for twice the lease's lifetime: another process never gets it.
+    held_until = time.monotonic() + 0.6
+    while time.monotonic() < held_until:
+        assert not await service.store.acquire_bridge_lease("repo", "other", 300)
+        await asyncio.sleep(0.02)
+    assert not step.done()
     assert await step == config.interval_s

@@ -44,6 +44,7 @@ from .channels import CHANNELS, Channel
 from .leases import expired
 from .records import Cursor, Subscription
 from .signature import HEADER, sign
+from .subscriptions import now_us
 
 log = logging.getLogger("rspush.hub.websub")
 
@@ -195,7 +196,7 @@ class Deliveries:
             if not await self.store.acquire_subscription_lease(sid, self.token, self.lease_ms):
                 continue
             record = Subscription.from_json(text)
-            if expired(record.expires_us, _now_us()):
+            if expired(record.expires_us, now_us()):
                 await self._remove(sid, record, "expired")
                 await self.store.release_subscription_lease(sid, self.token)
                 continue
@@ -271,7 +272,7 @@ class Deliveries:
                         return  # unsubscribed
                     record, cursor = Subscription.from_json(got[0]), Cursor.decode(got[1])
                     refresh_at = now + RECORD_REFRESH_S
-                    if expired(record.expires_us, _now_us()):
+                    if expired(record.expires_us, now_us()):
                         await self._remove(sid, record, "expired")
                         return
                     if record.channel not in CHANNELS or not self._allowed(record):
@@ -293,8 +294,8 @@ class Deliveries:
                 continue
             attempt += 1
             clean = False
-            since = await self.store.failing_since(sid, _now_us())
-            if self.backoff.given_up((_now_us() - since) / 1e6):
+            since = await self.store.failing_since(sid, now_us())
+            if self.backoff.given_up((now_us() - since) / 1e6):
                 await self._remove(sid, record, "retries-exhausted")
                 return
             await self._sleep(self.backoff.delay(attempt))
@@ -384,7 +385,3 @@ class Deliveries:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._stop.wait()
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
