@@ -62,7 +62,7 @@ from .harness.clients import CHANGE_MARK, ClientPool, merge
 from .harness.hub import AUTH, Hub, Poster, add_hub_args, histogram, hub_args, metric, start_hub
 from .harness.results import command_line, log, percentile, write_json
 from .harness.results import quantiles as quantile_points
-from .harness.system import Cpu, HelperProcess, children, free_port, raise_nofile, rss_kb
+from .harness.system import Cpu, HelperProcess, Pacer, children, free_port, raise_nofile, rss_kb
 
 RAW_WRITE_HIGH = 1024 * 1024  # the raw server waits while a write buffer is over this
 HUB_SEND_BUFFER = 64 * 1024 * 1024
@@ -319,21 +319,15 @@ class Bench:
         self.pool.send_all("receive", expected=expected, unit="record", timeout=timeout)
         cpu = Cpu(self.groups())
         post_ms = []
-        late = 0
-        started = time.monotonic() + 0.05
-        for k in range(posts):
-            delay = started + k * interval - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                late += 1
+        pacer = Pacer(posts, interval)
+        async for k in pacer.steps():
             now = datetime.now(UTC)
             t0 = time.perf_counter()
             await self.post(
                 "latency", fragment((k * per_post + i, w3c(now)) for i in range(per_post))
             )
             post_ms.append((time.perf_counter() - t0) * 1000)
-        rate = expected / (time.monotonic() - started)
+        rate = expected / (time.monotonic() - pacer.started)
         parts = await self.pool.results(timeout + 30)
         used = cpu.used()
         await self.pool.call("close", timeout=120)
@@ -346,7 +340,7 @@ class Bench:
             "subscribers": n,
             "changes_per_s_target": self.args.rate,
             "changes_per_s_posted": rate,
-            "posts_late": late,
+            "posts_late": pacer.late,
             "changes_posted": expected,
             "samples": len(accept),
             "complete_clients": sum(p["complete"] for p in parts),

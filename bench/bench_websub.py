@@ -44,7 +44,7 @@ from .fragments import change_fragment, w3c
 from .harness.clients import ClientPool
 from .harness.hub import Hub, Poster, add_hub_args, histogram, hub_args, start_hub
 from .harness.results import command_line, log, write_json
-from .harness.system import Cpu, HelperProcess, children, raise_nofile
+from .harness.system import Cpu, HelperProcess, Pacer, children, raise_nofile
 
 WEBSUB = {
     "callback_allow": ["127.0.0.1/32"],
@@ -204,20 +204,14 @@ class Bench:
         interval = per_post / self.args.rate
         posts = round(self.args.latency_seconds / interval)
         cpu = Cpu(self.groups())
-        late = 0
-        started = time.monotonic() + 0.05
-        for k in range(posts):
-            delay = started + k * interval - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                late += 1
+        pacer = Pacer(posts, interval)
+        async for k in pacer.steps():
             now = w3c(datetime.now(UTC))
             body = change_fragment(
                 ((k * per_post + i, now) for i in range(per_post)), distinct=10_000
             )
             await self.poster.post(topic, body)
-        rate = posts * per_post / (time.monotonic() - started)
+        rate = posts * per_post / (time.monotonic() - pacer.started)
         expected = n * posts * per_post
         # Bounded: a hub that cannot keep up reports what arrived within the drain time.
         deadline = time.monotonic() + self.args.latency_drain
@@ -234,7 +228,7 @@ class Bench:
             "subscribers": n,
             "changes_per_s_target": self.args.rate,
             "changes_per_s_posted": rate,
-            "posts_late": late,
+            "posts_late": pacer.late,
             "changes_expected": expected,
             "changes_received": got,
             "changes_per_notification": got / max(1, sum(p["posts"] for p in parts)),

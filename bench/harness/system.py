@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +213,26 @@ async def until(predicate: Callable[[], bool], what: str, timeout: float) -> Non
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+class Pacer:
+    """Open-loop pacing: step ``k`` falls due at ``started + k * interval`` whatever the steps
+    before it took (a slow system is not given a slower load); a step already due when it is
+    reached counts as ``late``."""
+
+    def __init__(self, count: int, interval: float, *, lead: float = 0.05) -> None:
+        self.count = count
+        self.interval = interval
+        self.lead = lead
+        self.late = 0
+        self.started = time.monotonic() + lead
+
+    async def steps(self) -> AsyncIterator[int]:
+        self.started = time.monotonic() + self.lead
+        for k in range(self.count):
+            delay = self.started + k * self.interval - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                self.late += 1
+            yield k
