@@ -8,7 +8,7 @@ compares the two), so positions live in the scripts' headers only.
 
 from __future__ import annotations
 
-import json
+import hashlib
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -17,9 +17,23 @@ from urllib.parse import quote
 from .ingest import IngestPlan, SeedPlan
 from .keys import TopicKeys, WebSubKeys
 
-_PACKER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-"""Encodes an append's changes as one argument. ASCII with \\u escapes: the C encoder does it
-whole (the non-ASCII form calls back into Python per string); Lua's cjson decodes both."""
+FIELD_SEPARATOR = "\0"
+"""Between the fields of an append's changes, packed as one argument: XML 1.0 text (so every
+posted entry lxml parsed), URIs and JSON output never contain NUL, so the script splits on it
+with plain ``string.find``. One join here and a split there cost a fraction of encoding and
+decoding the same strings as JSON (a 100-change append: 15 µs against 200 µs to pack, and
+~0.35 ms less in the script)."""
+
+
+RECORD_FIELDS = 7
+"""Strings per change in an append's packed argument (``lua/append.lua`` names them)."""
+
+
+def change_mark(time_us: int, change: str, entry_xml: str) -> str:
+    """What ``latest`` keeps per URI to recognise a re-posted change: its time, its type and
+    the SHA-1 of its entry XML (the same hex digest Lua's ``redis.sha1hex`` gives). Computed
+    here rather than in the script, where it cost ~2 µs per change of the server's time."""
+    return f"{time_us} {change} {hashlib.sha1(entry_xml.encode()).hexdigest()}"
 
 
 def load(name: str, *, server_now: bool = False, step_guards: bool = False) -> str:
@@ -93,12 +107,25 @@ def append_call(
     has_idem, idem = _idempotency(k, idempotency_key, source)
     checkpoint_key, checkpoint_args = _checkpoint(k, checkpoint)
     # RECORD_FIELDS strings per change, in the script's order.
-    packed = _PACKER.encode(
+    packed = FIELD_SEPARATOR.join(
         [
-            (str(r.time_us), r.loc, r.change, r.entry_xml, r.state_xml or "", r.entry_json)
+            field
             for r in plan.records
+            for field in (
+                str(r.time_us),
+                r.loc,
+                r.change,
+                change_mark(r.time_us, r.change, r.entry_xml),
+                r.entry_xml,
+                r.state_xml or "",
+                r.entry_json,
+            )
         ]
     )
+    if plan.records and packed.count(FIELD_SEPARATOR) != len(plan.records) * RECORD_FIELDS - 1:
+        # Not reachable from a parsed document (see FIELD_SEPARATOR); refused rather than
+        # split wrongly.
+        raise ValueError("a change holds a NUL character, which no Change List entry can")
     return Call(
         {
             "stream": k.stream,

@@ -3,7 +3,7 @@ the store reports a failing Redis as StoreUnavailable."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import re
 import socket
 from collections.abc import Callable
@@ -102,12 +102,28 @@ def test_the_builder_names_what_the_script_binds(name: str) -> None:
 def test_append_packs_each_record_as_the_script_reads_it() -> None:
     text = scripts.load("append")
     fields = int(re.search(r"local RECORD_FIELDS = (\d+)", text).group(1))  # type: ignore[union-attr]
+    assert fields == scripts.RECORD_FIELDS
     call = CALLS["append"]()
-    rows = json.loads(call.args["packed"])
+    values = call.args["packed"].split(scripts.FIELD_SEPARATOR)
     assert call.rest == []
-    assert len(rows) == call.args["count"] == 2
-    assert rows[0] == ["1", RECORD.loc, RECORD.change, "<url/>", "<url/>", "{}"]
-    assert all(len(row) == fields and all(isinstance(v, str) for v in row) for row in rows)
+    assert call.args["count"] == 2
+    assert len(values) == 2 * fields
+    mark = "1 updated " + hashlib.sha1(b"<url/>").hexdigest()
+    assert values[:fields] == ["1", RECORD.loc, RECORD.change, mark, "<url/>", "<url/>", "{}"]
+    assert values[fields:] == values[:fields]
+
+
+def test_a_record_holding_the_separator_is_refused_not_split() -> None:
+    bad = ChangeRecord(1, "http://e.org/a", "updated", "<url>\0</url>", None, "{}")
+    with pytest.raises(ValueError, match="NUL"):
+        scripts.append_call(
+            K,
+            IngestPlan([bad]),
+            idempotency_key=None,
+            idempotency_ttl_s=60,
+            epoch_candidate="e",
+            now_us=2,
+        )
 
 
 def test_scripts_that_stamp_times_get_the_server_clock() -> None:
