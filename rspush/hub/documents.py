@@ -98,7 +98,7 @@ class DocumentService:
         cached = self._cache.get(key)
         if cached is not None and cached[0] == meta.etag_base and isinstance(cached[1], Served):
             return cached[1]
-        entries = await self.store.open_entries(topic, meta.open_start)
+        entries = await self.store.listed_entries(topic, meta.open_start)
         start_us = meta.open_from_us or meta.created_us or 0
         body = m.change_list(
             urls, start=from_us(start_us), until=None, fragments=(e.xml for e in entries)

@@ -30,7 +30,7 @@ from rspush.resourcesync.w3cdt import from_us, to_us
 
 from .framework import FrameworkPolicy, announce_resource_list, rotation_announcement
 from .materialise import Urls, change_list
-from .store import ClosedList, StreamEntry, TopicMeta, TopicStore
+from .store import ClosedList, ListedChange, TopicMeta, TopicStore
 
 log = logging.getLogger("rspush.hub.rotation")
 
@@ -81,7 +81,7 @@ async def rotate_once(
     count = entries_to_close(meta, now, policy)
     closed: ClosedList | None = None
     if count:
-        entries = await store.open_entries(topic, meta.open_start, limit=count)
+        entries = await store.listed_entries(topic, meta.open_start, limit=count)
         if entries and meta.open_from_us is not None:
             closed = await _close(store, urls, topic, token, meta, entries, now, framework)
     floor = trim_floor((await store.meta(topic)).open_start, now, policy.retention_s)
@@ -96,12 +96,12 @@ async def _close(
     topic: str,
     token: str,
     meta: TopicMeta,
-    entries: list[StreamEntry],
+    entries: list[ListedChange],
     now: datetime,
     framework: FrameworkPolicy | None = None,
 ) -> ClosedList | None:
     assert meta.open_from_us is not None
-    number = len(await store.closed_lists(topic))
+    number = await store.closed_count(topic)
     until_us = max(entries[-1].time_us, meta.open_from_us)
     closed = ClosedList(
         number=number,

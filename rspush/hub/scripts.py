@@ -282,6 +282,11 @@ def lease_call(k: TopicKeys, *, token: str, ttl_ms: int, key: str | None = None)
     return Call({"lease": key or k.lease}, {"token": token, "ttl_ms": ttl_ms})
 
 
+def listed_call(k: TopicKeys, *, after: str, count: int | None) -> Call:
+    """Up to ``count`` (None: all) of the stream's entries after ``after``, id, time and XML."""
+    return Call({"stream": k.stream}, {"after": after, "count": count or 0})
+
+
 def trim_call(k: TopicKeys, *, min_id: str) -> Call:
     return Call({"stream": k.stream, "meta": k.meta}, {"min_id": min_id})
 

@@ -71,7 +71,7 @@ async def _store_figures(store: TopicStore, topic: str, now_us: int) -> dict[str
         "stream_length": await store.stream_length(topic),
         "last_change": _iso(meta.last_us),
         "open_list": {"entries": meta.open_count, "age_s": open_age},
-        "closed_lists": len(await store.closed_lists(topic)),
+        "closed_lists": await store.closed_count(topic),
         "retention": {
             "oldest_position": None if oldest is None else str(oldest),
             "oldest_change": None if oldest_entry is None else _iso(oldest_entry.time_us),

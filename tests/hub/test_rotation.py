@@ -426,3 +426,31 @@ async def test_the_changes_a_rotation_leaves_keep_their_age(redis: Redis, prefix
     first_left = (await store.open_entries(topic, meta.open_start, limit=1))[0]
     assert meta.open_since_us == first_left.position.ms * 1000
     assert meta.open_since_us < to_us(later) - 60_000_000
+
+
+async def test_listed_entries_are_the_open_entries_as_a_list_needs_them(
+    redis: Redis, prefix: str
+) -> None:
+    """The lean read a rotation and the open Change List use (id, time, XML) gives what the
+    full stream read gives, in order, and honours its limit and its exclusive start."""
+    store = TopicStore(redis, prefix=prefix)
+    topic = "listed"
+    start = to_us(datetime.now(UTC))
+    records = [
+        ChangeRecord(start + n, f"http://example.com/{n}", "updated", f"<url>{n}</url>", None, "{}")
+        for n in range(30)
+    ]
+    await store.append(
+        topic, IngestPlan(records), now_us=start, idempotency_key=None, idempotency_ttl_s=60
+    )
+    meta = await store.meta(topic)
+    full = await store.open_entries(topic, meta.open_start)
+    listed = await store.listed_entries(topic, meta.open_start)
+    assert [(e.id, e.time_us, e.xml) for e in full] == [(e.id, e.time_us, e.xml) for e in listed]
+    assert [e.xml for e in listed] == [f"<url>{n}</url>" for n in range(30)]
+    assert [e.id for e in await store.listed_entries(topic, meta.open_start, limit=5)] == [
+        e.id for e in full[:5]
+    ]
+    after_tenth = await store.listed_entries(topic, full[9].id)
+    assert [e.id for e in after_tenth] == [e.id for e in full[10:]]
+    assert await store.closed_count(topic) == 0

@@ -74,6 +74,7 @@ CALLS: dict[str, Callable[[], scripts.Call]] = {
         capability="capabilitylist",
     ),
     "snapshot": lambda: scripts.snapshot_call(K),
+    "listed": lambda: scripts.listed_call(K, after="1-0", count=10),
     "lease": lambda: scripts.lease_call(K, token="tok", ttl_ms=1000),
     "trim": lambda: scripts.trim_call(K, min_id="5-0"),
     "cursor": lambda: scripts.cursor_call(
