@@ -14,6 +14,8 @@ protocol here adds, per request:
 - a **request deadline**: the body must be complete within ``body_timeout_s`` (plus a grace
   period, so that the app's own ``408`` from :mod:`.bodies` comes first when it is reading);
   this also ends bodies nobody reads, such as the rest of an unauthorised post;
+- a **head limit**: a request line and headers over :data:`MAX_HEAD_BYTES` are answered
+  ``431`` and the connection closed;
 - a **connection cap**: past ``max_connections`` open connections a new one is answered ``503``
   and closed at once, so the hub never holds more descriptors than it can afford.
 """
@@ -28,13 +30,12 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("rspush.hub.connections")
 
 MAX_HEAD_BYTES = 16 * 1024
-"""The request line and headers at most (h11's incomplete-event limit): ingest needs < 2 KiB."""
+"""The request line and headers at most (as h11's and Node's default): ingest needs < 2 KiB."""
 BODY_DEADLINE_GRACE_S = 2.0
 FD_RESERVE = 64
 """Descriptors kept for everything but sockets: log files, the embedded server's pipes, the
@@ -58,6 +59,10 @@ def plain_response(status: str, text: str, *extra: str) -> bytes:
 
 _REQUEST_TIMEOUT = plain_response("408 Request Timeout", "the request did not arrive in time")
 _BUSY = plain_response("503 Service Unavailable", "too many open connections", "retry-after: 1")
+_HEAD_TOO_LARGE = plain_response(
+    "431 Request Header Fields Too Large",
+    f"the request line and headers are over {MAX_HEAD_BYTES:,} bytes",
+)
 
 
 REDIS_MAX_CONNECTIONS = 200
@@ -85,15 +90,15 @@ def open_file_limit() -> int | None:
 
 def guarded_protocol(
     *, header_timeout_s: float, body_timeout_s: float, max_connections: int
-) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with these deadlines and this cap."""
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with these deadlines and this cap."""
     head_s, request_s, cap = (
         header_timeout_s,
         body_timeout_s + BODY_DEADLINE_GRACE_S,
         max_connections,
     )
 
-    class Configured(GuardedH11Protocol):
+    class Configured(GuardedProtocol):
         header_timeout_s = head_s
         body_timeout_s = request_s
         max_connections = cap
@@ -101,8 +106,25 @@ def guarded_protocol(
     return Configured
 
 
-class GuardedH11Protocol(H11Protocol):
-    """One HTTP/1.1 connection with a deadline on each request's head and body."""
+class HeadTooLarge(Exception):
+    """Raised from a parser callback: the request's head is over :data:`MAX_HEAD_BYTES`.
+    httptools turns it into a parser error, so uvicorn stops parsing and answers through
+    ``send_400_response``, which answers ``431`` instead."""
+
+
+# Where a connection is in its current request.
+_IDLE, _HEAD, _BODY = "idle", "head", "body"
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """One HTTP/1.1 connection (httptools, llhttp's C parser: about a third of h11's cost
+    per request) with a deadline on each request's head and body and a bound on its head.
+
+    httptools keeps no limit of its own on a head, so one is kept here: the URL and header
+    lines the parser completes are counted exactly; bytes of a head still incomplete after a
+    read are counted as they arrive (a read holds at most one socket buffer, so what the
+    parser buffers stays bounded too). Over :data:`MAX_HEAD_BYTES` the hub answers ``431``
+    and closes."""
 
     header_timeout_s: ClassVar[float]
     body_timeout_s: ClassVar[float]
@@ -111,7 +133,10 @@ class GuardedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
-        self._reading_body = False
+        self._phase = _IDLE
+        self._head_parsed = 0
+        self._head_pending = 0
+        self._head_too_large = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -124,42 +149,77 @@ class GuardedH11Protocol(H11Protocol):
             transport.write(_BUSY)
             transport.close()
             return
-        self._arm(self.header_timeout_s, body=False)
+        self._arm(self.header_timeout_s)
 
     def data_received(self, data: bytes) -> None:
+        continued = self._phase is _HEAD
         super().data_received(data)
-        self._follow()
+        if continued and self._phase is _HEAD and not self.transport.is_closing():
+            # Every byte of this read belongs to the unfinished head.
+            self._head_pending += len(data)
+            if self._head_pending > MAX_HEAD_BYTES:
+                self._refuse_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 
-    def _follow(self) -> None:
-        """Arm or disarm the deadline for where the client now is in its request."""
-        if self.transport.is_closing():
-            self._disarm()
-            return
-        state = self.conn.their_state
-        if state is h11.IDLE:
-            # A (next) request's head is arriving: uvicorn cancelled its keep-alive timer.
-            if self._deadline is None or self._reading_body:
-                self._arm(self.header_timeout_s, body=False)
-        elif state is h11.SEND_BODY:
-            if not self._reading_body:
-                self._arm(self.body_timeout_s, body=True)
-        else:  # DONE, MUST_CLOSE, CLOSED, ERROR: nothing more to wait for
-            self._disarm()
+    # Parser callbacks -------------------------------------------------------------------
 
-    def _arm(self, delay: float, *, body: bool) -> None:
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase = _HEAD
+        self._head_parsed = self._head_pending = 0
+        if self._deadline is None:
+            # The next request of a kept-alive connection: uvicorn has cancelled its
+            # keep-alive timer; the head's deadline runs from its first byte.
+            self._arm(self.header_timeout_s)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._phase = _BODY
+        self._arm(self.body_timeout_s)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._phase = _IDLE
         self._disarm()
-        self._reading_body = body
+
+    def send_400_response(self, msg: str) -> None:
+        if self._head_too_large:
+            self._refuse_head()
+        else:
+            super().send_400_response(msg)
+
+    # ------------------------------------------------------------------------------------
+
+    def _count_head(self, size: int) -> None:
+        self._head_parsed += size
+        if self._head_parsed > MAX_HEAD_BYTES:
+            self._head_too_large = True
+            raise HeadTooLarge("request head too large")
+
+    def _refuse_head(self) -> None:
+        self._disarm()
+        self.transport.write(_HEAD_TOO_LARGE)
+        self.transport.close()
+
+    def _arm(self, delay: float) -> None:
+        self._disarm()
         self._deadline = self.loop.call_later(delay, self._expired)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
-        self._reading_body = False
 
     def _expired(self) -> None:
         self._deadline = None

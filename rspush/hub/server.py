@@ -25,7 +25,6 @@ from redis.asyncio.cluster import RedisCluster
 from .advertise import Announcement, advertised, is_wildcard, reachable_host, url_host
 from .app import Hub, build_app
 from .connections import (
-    MAX_HEAD_BYTES,
     REDIS_MAX_CONNECTIONS,
     connection_cap,
     guarded_protocol,
@@ -159,8 +158,8 @@ async def running_hub(
         access_log=False,
         date_header=False,  # the app dates each response itself (serving.DateHeader)
         timeout_graceful_shutdown=5,
-        # The h11 protocol with deadlines on reading requests and a connection cap
-        # (:mod:`.connections`); named, so installing httptools cannot swap it out.
+        # The httptools protocol with deadlines on reading requests, a bound on a request's
+        # head and a connection cap (:mod:`.connections`).
         http=guarded_protocol(
             header_timeout_s=limits.header_timeout_s,
             body_timeout_s=limits.body_timeout_s,
@@ -171,7 +170,6 @@ async def running_hub(
             ),
         ),
         timeout_keep_alive=limits.keepalive_timeout_s,
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="rspush-http")

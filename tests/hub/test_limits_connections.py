@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager, suppress
 import httpx
 import pytest
 
-from rspush.hub.connections import RateLimitFilter, connection_cap
+from rspush.hub.connections import MAX_HEAD_BYTES, RateLimitFilter, connection_cap
 from tests.support.hubs import HubFactory
 from tests.support.waiting import TIMEOUT_SCALE
 
@@ -197,3 +197,77 @@ def test_failed_push_handshakes_are_rate_limited_too() -> None:
     assert flood.filter(record(logging.ERROR))
     assert not any(flood.filter(record(logging.ERROR)) for _ in range(1000))
     assert flood.filter(record(logging.INFO))  # below WARNING: never limited
+
+
+async def head_reply(url: str, pieces: list[bytes]) -> bytes:
+    """Send ``pieces`` (a pause after each), then read until the server closes or has
+    answered: what it sent."""
+    reader, writer = await asyncio.open_connection(*address(url))
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        async with asyncio.timeout(5 * TIMEOUT_SCALE):
+            return await reader.read(65536)
+    finally:
+        writer.close()
+        with suppress(OSError):
+            await writer.wait_closed()
+
+
+@pytest.mark.timeout(60)
+async def test_a_head_over_the_limit_is_answered_431_whether_whole_or_trickling(
+    hub_factory: HubFactory,
+) -> None:
+    """The request line and headers are bounded (MAX_HEAD_BYTES): a head over it sent in
+    one write, and one that never ends sent 1 KiB at a time, are both answered 431 and
+    closed — the second once the bound is crossed, so the parser never buffers more."""
+    start = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "
+    async with hub_factory(header_timeout_s=30) as running:
+        whole = await head_reply(
+            running.url, [start + b"a" * (MAX_HEAD_BYTES + 2048) + b"\r\n\r\n"]
+        )
+        assert whole.startswith(b"HTTP/1.1 431 "), whole[:80]
+        assert b"over 16,384 bytes" in whole
+        # The first piece and then just enough to cross the bound; nothing more is sent.
+        trickle_pieces = [start] + [b"a" * 1024] * (MAX_HEAD_BYTES // 1024 + 2)
+        trickled = await head_reply(running.url, trickle_pieces)
+        assert trickled.startswith(b"HTTP/1.1 431 "), trickled[:80]
+
+
+@pytest.mark.timeout(60)
+async def test_a_head_under_the_limit_is_served(hub_factory: HubFactory) -> None:
+    async with hub_factory(header_timeout_s=30) as running:
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES - 1024)
+        reply = await head_reply(running.url, [head[:5000], head[5000:] + b"\r\n\r\n"])
+        assert reply.startswith(b"HTTP/1.1 200 "), reply[:80]
+
+
+@pytest.mark.timeout(60)
+async def test_the_next_request_of_a_kept_alive_connection_has_its_own_head_deadline(
+    hub_factory: HubFactory,
+) -> None:
+    """After a served request, a second one whose head never completes is closed at the head
+    deadline (counted from its first byte), answered 408."""
+    async with (
+        hub_factory(header_timeout_s=HEADER_TIMEOUT_S, keepalive_timeout_s=30) as running,
+        connections(running.url, 1) as [(reader, writer)],
+    ):
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5 * TIMEOUT_SCALE)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        length = int(
+            next(
+                line.split(b":")[1]
+                for line in first.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+        )
+        await reader.readexactly(length)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHo")
+        started = time.monotonic()
+        async with asyncio.timeout(CLOSE_BOUND_S):
+            received = await closed_by_server(reader)
+        assert received.startswith(b"HTTP/1.1 408 "), received
+        assert time.monotonic() - started >= HEADER_TIMEOUT_S * 0.9
