@@ -46,6 +46,8 @@ that expects it, or ends ``rs-hub serve`` with the exit status :mod:`.cli` gives
                                  (.websub.callbacks): a failed verification or delivery
     Stalled                      a push client's send buffer stayed full (.push.flow): a
                                  slow-consumer close
+    HeadTooLarge                 an HTTP request's head over its limit (.connections): a
+                                 431 written by the protocol, the connection closed
 """
 
 from __future__ import annotations
