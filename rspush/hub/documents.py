@@ -98,10 +98,10 @@ class DocumentService:
         cached = self._cache.get(key)
         if cached is not None and cached[0] == meta.etag_base and isinstance(cached[1], Served):
             return cached[1]
-        entries = await self.store.listed_entries(topic, meta.open_start)
+        listed = await self.store.listed(topic, meta.open_start)
         start_us = meta.open_from_us or meta.created_us or 0
         body = m.change_list(
-            urls, start=from_us(start_us), until=None, fragments=(e.xml for e in entries)
+            urls, start=from_us(start_us), until=None, entries=b"" if listed is None else listed.xml
         )
         # Last-Modified is the hub's clock at the last version change (appends and rotations
         # both move it), not a Source's change time.

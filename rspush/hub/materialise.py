@@ -22,7 +22,7 @@ stored fragments and its tail: no re-parsing, no model per entry on the serving 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -161,9 +161,10 @@ def change_list(
     *,
     start: datetime,
     until: datetime | None,
-    fragments: Iterable[str],
+    entries: bytes,
 ) -> bytes:
-    """An open (``until`` None) or closed Change List from stored ``<url>`` fragments."""
+    """An open (``until`` None) or closed Change List around its ``<url>`` entries, stored
+    XML (UTF-8) in order."""
     head = Document(
         md=Metadata(capability=Capability.CHANGELIST, from_=start, until=until),
         links=(
@@ -173,7 +174,7 @@ def change_list(
             Link(rel="archives", href=urls.change_list_archive),
         ),
     )
-    return "".join([serialise_head(head), *fragments, serialise_tail(head)]).encode()
+    return b"".join([serialise_head(head).encode(), entries, serialise_tail(head).encode()])
 
 
 def change_list_index(urls: Urls, *, recent: Sequence[ClosedSpan], open_from: datetime) -> bytes:

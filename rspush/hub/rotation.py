@@ -30,7 +30,7 @@ from rspush.resourcesync.w3cdt import from_us, to_us
 
 from .framework import FrameworkPolicy, announce_resource_list, rotation_announcement
 from .materialise import Urls, change_list
-from .store import ClosedList, ListedChange, TopicMeta, TopicStore
+from .store import ClosedList, ListedChanges, TopicMeta, TopicStore
 
 log = logging.getLogger("rspush.hub.rotation")
 
@@ -81,9 +81,9 @@ async def rotate_once(
     count = entries_to_close(meta, now, policy)
     closed: ClosedList | None = None
     if count:
-        entries = await store.listed_entries(topic, meta.open_start, limit=count)
-        if entries and meta.open_from_us is not None:
-            closed = await _close(store, urls, topic, token, meta, entries, now, framework)
+        listed = await store.listed(topic, meta.open_start, limit=count)
+        if listed is not None and meta.open_from_us is not None:
+            closed = await _close(store, urls, topic, token, meta, listed, now, framework)
     floor = trim_floor((await store.meta(topic)).open_start, now, policy.retention_s)
     if floor is not None:
         await store.trim(topic, floor)
@@ -96,26 +96,23 @@ async def _close(
     topic: str,
     token: str,
     meta: TopicMeta,
-    entries: list[ListedChange],
+    listed: ListedChanges,
     now: datetime,
     framework: FrameworkPolicy | None = None,
 ) -> ClosedList | None:
     assert meta.open_from_us is not None
     number = await store.closed_count(topic)
-    until_us = max(entries[-1].time_us, meta.open_from_us)
+    until_us = max(listed.last_time_us, meta.open_from_us)
     closed = ClosedList(
         number=number,
         from_us=meta.open_from_us,
         until_us=until_us,
-        first_id=entries[0].id,
-        last_id=entries[-1].id,
-        count=len(entries),
+        first_id=listed.first_id,
+        last_id=listed.last_id,
+        count=listed.count,
     )
     xml = change_list(
-        urls,
-        start=from_us(meta.open_from_us),
-        until=from_us(until_us),
-        fragments=(e.xml for e in entries),
+        urls, start=from_us(meta.open_from_us), until=from_us(until_us), entries=listed.xml
     )
     outcome = await store.close_list(
         topic,
@@ -131,7 +128,7 @@ async def _close(
     if outcome != "ok":
         log.info("rotation of %s skipped: %s", topic, outcome)
         return None
-    log.info("closed Change List %d of %s (%d changes)", number, topic, len(entries))
+    log.info("closed Change List %d of %s (%d changes)", number, topic, listed.count)
     return closed
 
 

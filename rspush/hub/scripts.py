@@ -283,7 +283,8 @@ def lease_call(k: TopicKeys, *, token: str, ttl_ms: int, key: str | None = None)
 
 
 def listed_call(k: TopicKeys, *, after: str, count: int | None) -> Call:
-    """Up to ``count`` (None: all) of the stream's entries after ``after``, id, time and XML."""
+    """Up to ``count`` (None: all) of the stream's entries after ``after``, as a list needs
+    them (their XML in one string)."""
     return Call({"stream": k.stream}, {"after": after, "count": count or 0})
 
 

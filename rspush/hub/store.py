@@ -92,13 +92,15 @@ class BridgeState:
 
 
 @dataclass(frozen=True, slots=True)
-class ListedChange:
-    """A stream entry as a Change List document needs it: its stream id, its time and its
-    ``<url>`` XML."""
+class ListedChanges:
+    """Stream entries as a Change List document needs them: how many, the first and last
+    stream ids, the last change's time, and their ``<url>`` XML concatenated in order."""
 
-    id: str
-    time_us: int
-    xml: str
+    count: int
+    first_id: str
+    last_id: str
+    last_time_us: int
+    xml: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,17 +372,18 @@ class TopicStore:
         """Stream entries after ``open_start`` (exclusive): the open Change List."""
         return await self.entries_after(topic, Position.parse(open_start), count=limit)
 
-    async def listed_entries(
-        self, topic: str, open_start: str, *, limit: int | None = None
-    ) -> list[ListedChange]:
-        """The open Change List's entries as a list needs them (id, time, XML): what
-        :meth:`open_entries` reads, at a third of the strings."""
-        call = scripts.listed_call(self.keys(topic), after=open_start, count=limit)
-        flat: Any = await self._run(self._listed, call)
-        return [
-            ListedChange(_text(flat[n]), int(flat[n + 1]), flat[n + 2].decode())
-            for n in range(0, len(flat), 3)
-        ]
+    async def listed(
+        self, topic: str, after: str, *, limit: int | None = None
+    ) -> ListedChanges | None:
+        """Up to ``limit`` (None: all) stream entries after ``after`` (exclusive), as a
+        Change List document needs them (None when there are none): what
+        :meth:`open_entries` reads, as one string of XML instead of a row per change."""
+        call = scripts.listed_call(self.keys(topic), after=after, count=limit)
+        reply: Any = await self._run(self._listed, call)
+        if not int(reply[0]):
+            return None
+        count, first, last, last_time, xml = reply
+        return ListedChanges(int(count), _text(first), _text(last), int(last_time), bytes(xml))
 
     async def stream_length(self, topic: str) -> int:
         return int(await self.redis.xlen(self.keys(topic).stream))

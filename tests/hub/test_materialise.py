@@ -76,7 +76,9 @@ def test_change_list_from_fragments() -> None:
     start = datetime(2026, 3, 1, 9, tzinfo=UTC)
     until = datetime(2026, 3, 1, 10, 0, 5, tzinfo=UTC)
     open_list = check(
-        m.change_list(urls, start=start, until=None, fragments=(r.entry_xml for r in records)),
+        m.change_list(
+            urls, start=start, until=None, entries="".join(r.entry_xml for r in records).encode()
+        ),
         DocumentType.CHANGE_LIST,
     )
     assert (open_list.md.from_, open_list.md.until) == (start, None)
@@ -90,12 +92,14 @@ def test_change_list_from_fragments() -> None:
         "archives": urls.change_list_archive,
     }
     closed = check(
-        m.change_list(urls, start=start, until=until, fragments=(r.entry_xml for r in records)),
+        m.change_list(
+            urls, start=start, until=until, entries="".join(r.entry_xml for r in records).encode()
+        ),
         DocumentType.CHANGE_LIST,
     )
     assert closed.md.until == until
     empty = check(
-        m.change_list(urls, start=start, until=None, fragments=()), DocumentType.CHANGE_LIST
+        m.change_list(urls, start=start, until=None, entries=b""), DocumentType.CHANGE_LIST
     )
     assert empty.entries == ()
 

@@ -19,7 +19,7 @@ from rspush.hub.ingest import ChangeRecord, IngestPlan
 from rspush.hub.materialise import Urls
 from rspush.hub.rotation import RotationPolicy, Rotator, rotate_once
 from rspush.hub.server import RunningHub, redis_client
-from rspush.hub.store import TopicStore
+from rspush.hub.store import ListedChanges, StreamEntry, TopicStore
 from rspush.resourcesync import Document, DocumentType, Entry, parse_document, validate
 from rspush.resourcesync.schema import schema_errors
 from rspush.resourcesync.w3cdt import to_us
@@ -428,16 +428,17 @@ async def test_the_changes_a_rotation_leaves_keep_their_age(redis: Redis, prefix
     assert meta.open_since_us < to_us(later) - 60_000_000
 
 
-async def test_listed_entries_are_the_open_entries_as_a_list_needs_them(
-    redis: Redis, prefix: str
-) -> None:
-    """The lean read a rotation and the open Change List use (id, time, XML) gives what the
-    full stream read gives, in order, and honours its limit and its exclusive start."""
+async def test_listed_is_the_open_entries_as_a_list_needs_them(redis: Redis, prefix: str) -> None:
+    """The lean read a rotation and the open Change List use (count, first and last ids, the
+    last time, the entries' XML in one string) says what the full stream read says, and
+    honours its limit and its exclusive start."""
     store = TopicStore(redis, prefix=prefix)
     topic = "listed"
     start = to_us(datetime.now(UTC))
     records = [
-        ChangeRecord(start + n, f"http://example.com/{n}", "updated", f"<url>{n}</url>", None, "{}")
+        ChangeRecord(
+            start + n, f"http://example.com/{n}", "updated", f"<url>{n}é</url>", None, "{}"
+        )
         for n in range(30)
     ]
     await store.append(
@@ -445,12 +446,14 @@ async def test_listed_entries_are_the_open_entries_as_a_list_needs_them(
     )
     meta = await store.meta(topic)
     full = await store.open_entries(topic, meta.open_start)
-    listed = await store.listed_entries(topic, meta.open_start)
-    assert [(e.id, e.time_us, e.xml) for e in full] == [(e.id, e.time_us, e.xml) for e in listed]
-    assert [e.xml for e in listed] == [f"<url>{n}</url>" for n in range(30)]
-    assert [e.id for e in await store.listed_entries(topic, meta.open_start, limit=5)] == [
-        e.id for e in full[:5]
-    ]
-    after_tenth = await store.listed_entries(topic, full[9].id)
-    assert [e.id for e in after_tenth] == [e.id for e in full[10:]]
+
+    def expected(entries: list[StreamEntry]) -> ListedChanges:
+        xml = "".join(e.xml for e in entries).encode()
+        return ListedChanges(len(entries), entries[0].id, entries[-1].id, entries[-1].time_us, xml)
+
+    assert await store.listed(topic, meta.open_start) == expected(full)
+    assert (await store.listed(topic, meta.open_start)).xml.startswith(b"<url>0\xc3\xa9</url>")  # type: ignore[union-attr]
+    assert await store.listed(topic, meta.open_start, limit=5) == expected(full[:5])
+    assert await store.listed(topic, full[9].id) == expected(full[10:])
+    assert await store.listed(topic, full[-1].id) is None
     assert await store.closed_count(topic) == 0
