@@ -112,6 +112,15 @@ class ChangeLists:
 
     async def since(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
         """Every change at or after ``moment``: closed lists first, then the open one."""
+        async for changes in self.since_by_list(moment, channel):
+            for change in changes:
+                yield change
+
+    async def since_by_list(
+        self, moment: datetime, channel: Channel
+    ) -> AsyncIterator[list[ResourceChange]]:
+        """:meth:`since`, one list's changes at a time (the catch-up applies them in runs:
+        no step of a generator per change)."""
         refs = await self._lists()
         earliest = min((r.start for r in refs if r.start is not None), default=None)
         if earliest is None or earliest > moment:
@@ -124,21 +133,34 @@ class ChangeLists:
                 self.reader.forget(ref.url)
                 document = await self.reader.get(ref.url, conditional=True)
                 assert document is not None
-            for change in self._changes(document, moment, channel):
-                yield change
+            changes = self._changes(document, moment, channel)
+            # The parsed list is garbage now: freed before its changes are applied and the
+            # next list is read, not kept alive (and walked by the collector) meanwhile.
+            del document
+            yield changes
 
     async def readable(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
         """Every change at or after ``moment`` in the lists the Source names: what can
         still be followed while the lists cannot show that they reach back (:meth:`since`
-        refused) and a rebaseline has to wait. Read in full — the poll that led here has
-        just read the open list conditionally, and only a list that changed leads here."""
+        refused) and a rebaseline has to wait."""
+        async for changes in self.readable_by_list(moment, channel):
+            for change in changes:
+                yield change
+
+    async def readable_by_list(
+        self, moment: datetime, channel: Channel
+    ) -> AsyncIterator[list[ResourceChange]]:
+        """:meth:`readable`, one list's changes at a time. Read in full — the poll that led
+        here has just read the open list conditionally, and only a list that changed leads
+        here."""
         for ref in await self._lists():
             if ref.until is not None and ref.until < moment:
                 continue
             document = await self.reader.get(ref.url)
             assert document is not None
-            for change in self._changes(document, moment, channel):
-                yield change
+            changes = self._changes(document, moment, channel)
+            del document  # as in since_by_list
+            yield changes
 
     async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
         """Changes at or after ``moment`` in the open list, if it changed since the last poll."""
