@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 
 from rspush.remote.reader import DocumentReader
 from rspush.resourcesync import Capability, Change, Document, FrameworkChange
+from rspush.resourcesync.hashes import HashValue
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .changes import ChangeType, Channel, ResourceChange, from_entry
+from .changes import CHANGE_TYPES, ChangeType, Channel, ResourceChange
 from .errors import SourceError
 from .gcpause import gc_paused
 
@@ -133,10 +134,11 @@ class ChangeLists:
                 self.reader.forget(ref.url)
                 document = await self.reader.get(ref.url, conditional=True)
                 assert document is not None
-            changes = self._changes(document, moment, channel)
-            # The parsed list is garbage now: freed before its changes are applied and the
-            # next list is read, not kept alive (and walked by the collector) meanwhile.
-            del document
+            with gc_paused():
+                changes = self._changes(document, moment, channel)
+                # The parsed list is garbage now: freed before the collector runs again (it
+                # would walk the whole list once more) and before the next list is read.
+                del document
             yield changes
 
     async def readable(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
@@ -158,8 +160,9 @@ class ChangeLists:
                 continue
             document = await self.reader.get(ref.url)
             assert document is not None
-            changes = self._changes(document, moment, channel)
-            del document  # as in since_by_list
+            with gc_paused():  # as in since_by_list
+                changes = self._changes(document, moment, channel)
+                del document
             yield changes
 
     async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
@@ -334,13 +337,30 @@ def dated_changes(
     placed_by = md.from_ or md.until or md.at
     changes: list[ResourceChange] = []
     unplaced: list[Unplaced] = []
+    append = changes.append
     for entry in document.entries:
-        change = from_entry(entry, channel, default_time=placed_by)
-        if change is not None:
-            if entry.change_time is None:
+        # from_entry(entry, channel, default_time=placed_by), inline: this runs for every
+        # entry of every list read, and the entry's properties would each look at md again.
+        about = entry.md
+        hashes: tuple[HashValue, ...]
+        if about is None:
+            change_type: ChangeType | None = ChangeType.CREATED
+            when, length, hashes, media_type = entry.lastmod, None, (), None
+        else:
+            change_type = CHANGE_TYPES.get(about.change)
+            if change_type is None and about.change is None:
+                change_type = ChangeType.CREATED  # a Resource List entry: its current state
+            when = about.datetime if about.datetime is not None else entry.lastmod
+            length, hashes, media_type = about.length, about.hash, about.type
+        time = when if when is not None else placed_by
+        if change_type is not None and time is not None:
+            change = ResourceChange(
+                entry.loc, change_type, time, channel, length, hashes, media_type, entry.links
+            )
+            if when is None:
                 change.extra[PLACED] = True
-            placed_by = change.time
-            changes.append(change)
+            placed_by = time
+            append(change)
             continue
         kind = entry.md.change if entry.md is not None else None
         if kind is None or kind in _CHANGE_TYPES:

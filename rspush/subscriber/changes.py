@@ -50,7 +50,11 @@ class ResourceChange:
     @property
     def hash_text(self) -> str | None:
         """The ``hash`` attribute as the Source gave it (any encoding), None without one."""
-        return format_hashes(self.hashes) if self.hashes else None
+        hashes = self.hashes
+        if len(hashes) == 1:  # nearly always: one value, written as is (no list, no join)
+            value = hashes[0]
+            return f"{value.algorithm}:{value.digest}"
+        return format_hashes(hashes) if hashes else None
 
     @property
     def key(self) -> tuple[str, datetime, str]:
@@ -92,7 +96,7 @@ def from_entry(
     """A Resource List entry (no ``change``: it is the resource's current state, applied as
     ``created``) or a Change List entry. None when the entry has no usable time."""
     md = entry.md
-    change = None if md is None else _CHANGES.get(md.change)  # a dict: no Enum() per entry
+    change = None if md is None else CHANGE_TYPES.get(md.change)  # a dict: no Enum() per entry
     if change is None:
         if md is not None and md.change is not None:
             return None  # a change type we do not know: never guess
@@ -135,4 +139,5 @@ def from_push(data: dict[str, Any], *, epoch: str) -> ResourceChange:
     )
 
 
-_CHANGES: dict[str | None, ChangeType] = {c.value: c for c in ChangeType}
+CHANGE_TYPES: dict[str | None, ChangeType] = {c.value: c for c in ChangeType}
+"""Change types by their value (``rs:md@change``): a dict, no ``ChangeType()`` per entry."""

@@ -237,6 +237,7 @@ class Mirror:
                         for i in todo:
                             results[i] = self._settle(kept[i], stored.get(kept[i].uri))
                     self._record_batch(kept, seqs, superseded, results)
+                    results.clear()  # freed before the collector runs again
                 return
             workers = min(self._concurrency, len(todo))
             if workers == 1:
@@ -682,6 +683,8 @@ def _superseded_in(changes: list[ResourceChange]) -> list[bool]:
 
 
 def _storable(uri: str) -> bool:
+    if uri.isascii():
+        return True  # as nearly every URI: no encoding to try
     try:
         uri.encode()
     except UnicodeEncodeError:
