@@ -205,7 +205,7 @@ class Mirror:
         assert me is not None
         # Changes of a URI already applying (a retry) finish first: one writer per file.
         earlier = {c.uri: t for c in kept if (t := self._lanes.get(c.uri)) is not None}
-        seqs = [self._tracker.submitted(c) for c in kept]
+        seqs = self._tracker.submitted_many(kept)
         self._live += 1
         self._idle.clear()
         for change in kept:
@@ -234,8 +234,7 @@ class Mirror:
                 # synchronous pass (nothing else runs meanwhile: stopping is seen before it).
                 with gc_paused():  # synchronous, acyclic states and records (.gcpause)
                     if not self._abandoning:
-                        for i in todo:
-                            results[i] = self._settle(kept[i], stored.get(kept[i].uri))
+                        self._settle_all(kept, todo, stored, results)
                     self._record_batch(kept, seqs, superseded, results)
                     results.clear()  # freed before the collector runs again
                 return
@@ -274,6 +273,45 @@ class Mirror:
             return self._state(change, settled, change.length, change.hash_text), None
         except Exception as exc:  # noqa: BLE001 - as in _apply
             return self._unexpected(change, exc)
+
+    def _settle_all(
+        self,
+        kept: list[ResourceChange],
+        todo: list[int],
+        stored: dict[str, ResourceState],
+        results: list[tuple[ResourceState | None, Failed | None] | None],
+    ) -> None:
+        """:meth:`_settle` of ``kept[i]`` into ``results[i]`` for each ``i`` of ``todo``, with
+        the usual case inline — no filter, a change to apply, its path mapped: the state it
+        leaves, as :meth:`_settle` makes it. Any other case is :meth:`_settle`'s (it decides
+        and maps again, both pure, so nothing is counted twice)."""
+        settle = self._settle
+        if self.filter.active:
+            for i in todo:
+                change = kept[i]
+                results[i] = settle(change, stored.get(change.uri))
+            return
+        path_for = self.uri_map.path_for
+        apply, deleted = Decision.APPLY, ChangeType.DELETED
+        for i in todo:
+            change = kept[i]
+            row = stored.get(change.uri)
+            try:
+                relative = path_for(change.uri) if decide(row, change) is apply else None
+            except Exception:  # noqa: BLE001 - refused or worse: _settle says which
+                relative = None
+            if relative is None:
+                results[i] = settle(change, row)
+                continue
+            kind = change.change
+            if kind is deleted:
+                length, hash_text = None, None
+            else:
+                length, hash_text = change.length, change.hash_text
+            state = ResourceState(
+                change.uri, change.time, str(kind), length, hash_text, str(relative)
+            )
+            results[i] = (state, None)
 
     def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
         """The checkpoint rows of ``uris`` (absent: no row), from memory where a catch-up

@@ -17,6 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rspush.resourcesync import Link
 from rspush.resourcesync.hashes import parse_hashes
 from rspush.subscriber.agent import runs_of
@@ -27,6 +29,7 @@ from rspush.subscriber.decide import ResourceState
 from rspush.subscriber.filters import ChangeFilter
 from rspush.subscriber.mapping import UriMap
 from rspush.subscriber.mirror import Mirror
+from rspush.subscriber.watermark import WatermarkTracker
 from tests.subscriber.test_mirror import NOW, SITE, SOURCE, T0
 
 MD5 = "md5:cfcd208495d565ef66e7dff9f98764da"
@@ -63,7 +66,7 @@ def the_run() -> list[ResourceChange]:
             listed(f"same{k}", 20, length=7, hashes=parse_hashes(MD5)),  # same content
             listed(f"dup{k}", 5, length=3, hashes=parse_hashes(MD5)),  # already held
             listed(f"old{k}", 1),  # older than held
-            listed(f"gone{k}", 12, ChangeType.DELETED),
+            listed(f"gone{k}", 12, ChangeType.DELETED, length=4, hashes=parse_hashes(MD5)),
             listed(f"twice{k}", 13),
             listed(f"twice{k}", 14, ChangeType.DELETED),  # supersedes the one before
             listed(f"dir{k}/", 15, ChangeType.CREATED, media_type="text/html"),
@@ -101,9 +104,11 @@ def everything(path: Path) -> tuple[list[Any], list[Any], list[Any]]:
         db.close()
 
 
-async def settle(tmp_path: Path, applier: NullApplier, run: list[ResourceChange]) -> Any:
+async def settle(
+    tmp_path: Path, applier: NullApplier, run: list[ResourceChange], change_filter: ChangeFilter
+) -> Any:
     events: list[dict[str, Any]] = []
-    path = tmp_path / f"{type(applier).__name__}.sqlite"
+    path = tmp_path / f"{type(applier).__name__}-{change_filter.active}.sqlite"
     with Checkpoint(path, SOURCE, "dataset1") as checkpoint:
         stored(checkpoint)
         mirror = Mirror(
@@ -111,7 +116,7 @@ async def settle(tmp_path: Path, applier: NullApplier, run: list[ResourceChange]
             UriMap.build([(SITE, "")]),
             applier,
             None,
-            change_filter=ChangeFilter.build(exclude=["/skipped"]),
+            change_filter=change_filter,
             events=events.append,
             clock=lambda: NOW,
         )
@@ -123,10 +128,16 @@ async def settle(tmp_path: Path, applier: NullApplier, run: list[ResourceChange]
     return outcome, events, everything(path)
 
 
-async def test_the_synchronous_pass_leaves_what_the_general_path_leaves(tmp_path: Path) -> None:
+@pytest.mark.parametrize("filtering", [True, False], ids=["a filter", "no filter"])
+async def test_the_synchronous_pass_leaves_what_the_general_path_leaves(
+    tmp_path: Path, filtering: bool
+) -> None:
     run = the_run()
-    fast = await settle(tmp_path, NullApplier(), run)
-    general = await settle(tmp_path, AwaitedNullApplier(), run)
+    if not filtering:
+        run = [c for c in run if "/skipped" not in c.uri]
+    change_filter = ChangeFilter.build(exclude=["/skipped"] if filtering else [])
+    fast = await settle(tmp_path, NullApplier(), run, change_filter)
+    general = await settle(tmp_path, AwaitedNullApplier(), run, change_filter)
     assert fast == general
     (stats, refused, watermark), events, (rows, failures, topics) = fast
     # and the inputs did reach every branch
@@ -137,8 +148,7 @@ async def test_the_synchronous_pass_leaves_what_the_general_path_leaves(tmp_path
         "skip-older": 3,
         "superseded": 3,
         "refused": 6,
-        "filtered": 3,
-    }
+    } | ({"filtered": 3} if filtering else {})
     assert "empty path segment" in refused
     assert watermark.last_time == max(c.time for c in run)
     assert len(failures) == 6 and len(events) == 3 * 8 + 6
@@ -179,6 +189,22 @@ async def test_no_run_after_stopping() -> None:
     assert [len(run) for run in seen] == [4]  # the part-run of the rest is not applied
 
 
-def test_a_change_keeps_every_field_through_replace() -> None:
-    change = listed("x", 1, length=2, hashes=parse_hashes(MD5))
-    assert replace(change).hash_text == MD5
+def test_numbers_given_to_a_run_are_those_given_one_by_one() -> None:
+    run = [listed(f"r{i}", i) for i in range(5)] + [listed("r0", 9)]
+    one_by_one, at_once = WatermarkTracker(), WatermarkTracker()
+    one_by_one.submitted(run[0])
+    at_once.submitted(run[0])
+    assert at_once.submitted_many(run) == [one_by_one.submitted(c) for c in run]
+    assert at_once.submitted_many([]) == []
+    for seq in (4, 2, 3, 1):
+        assert one_by_one.finished(seq) == at_once.finished(seq)
+        assert one_by_one.watermark == at_once.watermark
+    assert at_once.finished_many([5, 6, 7]) and at_once.watermark.last_time == run[-1].time
+    assert one_by_one.finished_many([5, 6, 7]) and one_by_one.watermark == at_once.watermark
+
+
+def test_one_hash_value_is_written_as_given() -> None:
+    for text in (MD5, f"{MD5} sha-256:abcd", "SHA-256:q80="):
+        change = listed("x", 1, hashes=parse_hashes(text))
+        assert replace(change).hash_text == text
+    assert listed("x", 1).hash_text is None
