@@ -203,17 +203,18 @@ class Mirror:
             log.warning("refused %d changes: not valid Unicode URIs", len(changes) - len(kept))
         me = asyncio.current_task()
         assert me is not None
+        uris = [c.uri for c in kept]
         # Changes of a URI already applying (a retry) finish first: one writer per file.
-        earlier = {c.uri: t for c in kept if (t := self._lanes.get(c.uri)) is not None}
+        lanes = self._lanes
+        earlier = {u: t for u in uris if (t := lanes.get(u)) is not None} if lanes else {}
         seqs = self._tracker.submitted_many(kept)
         self._live += 1
         self._idle.clear()
-        for change in kept:
-            self._lanes[change.uri] = me
+        lanes.update(dict.fromkeys(uris, me))
         try:
             superseded = _superseded_in(kept)
             todo = [i for i, gone in enumerate(superseded) if not gone]
-            stored = self._stored({kept[i].uri for i in todo})
+            stored = self._stored({uris[i] for i in todo})
             results: list[tuple[ResourceState | None, Failed | None] | None] = [None] * len(kept)
             pending = iter(todo)
 
@@ -246,9 +247,9 @@ class Mirror:
             with gc_paused():  # synchronous, acyclic rows and records (.gcpause)
                 self._record_batch(kept, seqs, superseded, results)
         finally:
-            for change in kept:
-                if self._lanes.get(change.uri) is me:
-                    del self._lanes[change.uri]
+            for uri in uris:
+                if lanes.get(uri) is me:
+                    del lanes[uri]
             self._live -= 1
             if self._live == 0:
                 self._idle.set()
