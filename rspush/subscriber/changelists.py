@@ -24,7 +24,7 @@ from rspush.resourcesync import Capability, Change, Document, FrameworkChange
 from rspush.resourcesync.hashes import HashValue
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .changes import CHANGE_TYPES, ChangeType, Channel, ResourceChange
+from .changes import CHANGE_TYPES, ChangeType, Channel, ResourceChange, listed_change
 from .errors import SourceError
 from .gcpause import gc_paused
 
@@ -354,7 +354,7 @@ def dated_changes(
             length, hashes, media_type = about.length, about.hash, about.type
         time = when if when is not None else placed_by
         if change_type is not None and time is not None:
-            change = ResourceChange(
+            change = listed_change(
                 entry.loc, change_type, time, channel, length, hashes, media_type, entry.links
             )
             if when is None:

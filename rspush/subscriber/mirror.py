@@ -27,7 +27,7 @@ from rspush.resourcesync.w3cdt import format_w3c_datetime
 from .appliers import Applier, NullApplier
 from .changes import ChangeType, Channel, Outcome, ResourceChange
 from .checkpoint import Checkpoint
-from .decide import Decision, ResourceState, decide
+from .decide import Decision, ResourceState, decide, new_state
 from .errors import SubscriberError, SupersededError
 from .fetch import Fetched, Fetcher
 from .filters import ChangeFilter
@@ -309,9 +309,7 @@ class Mirror:
                 length, hash_text = None, None
             else:
                 length, hash_text = change.length, change.hash_text
-            state = ResourceState(
-                change.uri, change.time, str(kind), length, hash_text, str(relative)
-            )
+            state = new_state(change.uri, change.time, str(kind), length, hash_text, str(relative))
             results[i] = (state, None)
 
     def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
@@ -624,7 +622,7 @@ class Mirror:
     def _state(
         change: ResourceChange, relative: PurePosixPath, length: int | None, hash_text: str | None
     ) -> ResourceState:
-        return ResourceState(
+        return new_state(
             change.uri, change.time, str(change.change), length, hash_text, str(relative)
         )
 

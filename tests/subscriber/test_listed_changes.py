@@ -1,17 +1,27 @@
 """A Change List's entries as changes (``changelists.dated_changes``), which turns each entry
 into a change inline, gives what ``changes.from_entry`` gives for the same entry — every
 field, the placing of entries without a time, the entries it cannot place — on lists parsed
-by the real parser. The oracle is the loop over ``from_entry`` it replaced."""
+by the real parser. The oracle is the loop over ``from_entry`` it replaced. Changes and
+resource states built through their slots (``listed_change``, ``new_state``) are the ones
+their dataclasses build, and as frozen."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import FrozenInstanceError
+from datetime import UTC, datetime
 
 import pytest
 
 from rspush.resourcesync import Capability, Document, parse_document
 from rspush.subscriber.changelists import PLACED, Unplaced, dated_changes
-from rspush.subscriber.changes import ChangeType, Channel, ResourceChange, from_entry
+from rspush.subscriber.changes import (
+    ChangeType,
+    Channel,
+    ResourceChange,
+    from_entry,
+    listed_change,
+)
+from rspush.subscriber.decide import ResourceState, new_state
 
 HEAD = (
     '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
@@ -108,3 +118,39 @@ def test_the_inputs_reach_every_case() -> None:
     assert [u.uri for u in unplaced] == ["http://x/h", "http://x/i"]
     assert {c.change for c in changes} == set(ChangeType)
     assert changes[0].hash_text == "md5:1e0a sha-256:abcd" and changes[0].links
+
+
+def test_a_change_built_through_its_slots_is_the_dataclass_one() -> None:
+    document = change_list('from="2026-01-01T00:00:00Z"', ENTRIES)
+    for entry in document.entries[:4]:
+        md = entry.md
+        assert md is not None
+        values = (
+            entry.loc,
+            ChangeType.UPDATED,
+            entry.change_time or datetime(2026, 1, 1, tzinfo=UTC),
+            Channel.POLL,
+            md.length,
+            md.hash,
+            md.type,
+            entry.links,
+        )
+        built, made = listed_change(*values), ResourceChange(*values)
+        assert built == made and repr(built) == repr(made)
+        assert fields(built) == fields(made)
+        assert built.extra == {} and built.extra is not listed_change(*values).extra
+        with pytest.raises(FrozenInstanceError):
+            built.uri = "http://x/other"  # type: ignore[misc]
+
+
+def test_a_state_built_through_its_slots_is_the_dataclass_one() -> None:
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    for values in [
+        ("http://x/a", when, "updated", 3, "md5:1e0a", "a"),
+        ("http://x/b", when, "deleted", None, None, None),
+    ]:
+        built, made = new_state(*values), ResourceState(*values)  # type: ignore[arg-type]
+        assert built == made and hash(built) == hash(made) and repr(built) == repr(made)
+        assert built.hashes == made.hashes
+        with pytest.raises(FrozenInstanceError):
+            built.path = "elsewhere"  # type: ignore[misc]
