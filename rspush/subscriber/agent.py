@@ -417,28 +417,19 @@ class Agent:
                 contextlib.closing(self.reporter.phase("catch-up", None)) as phase,
                 mirror.states_in_memory(),
             ):
-                changes = parts.lists.since(since, Channel.ARCHIVE)
-                async for batch in self._batches(changes):
+                lists = parts.lists.since_by_list(since, Channel.ARCHIVE)
+                async for batch in self._batches(lists):
                     await mirror.apply_batch(batch)
                     phase.advance(len(batch))
                 await mirror.drain()
         except ArchiveTooShortError as exc:
             await self._archive_too_short(exc)
 
-    async def _batches(
-        self, changes: AsyncIterator[ResourceChange]
+    def _batches(
+        self, lists: AsyncIterator[list[ResourceChange]]
     ) -> AsyncIterator[list[ResourceChange]]:
-        """``changes`` in runs of up to :data:`BATCH_CHANGES`, until stopping."""
-        batch: list[ResourceChange] = []
-        async for change in changes:
-            if self.stopping:
-                return
-            batch.append(change)
-            if len(batch) >= BATCH_CHANGES:
-                yield batch
-                batch = []
-        if batch and not self.stopping:
-            yield batch
+        """The changes of ``lists`` in runs of up to :data:`BATCH_CHANGES`, until stopping."""
+        return runs_of(lists, BATCH_CHANGES, lambda: self.stopping)
 
     async def _archive_too_short(self, exc: ArchiveTooShortError) -> None:
         """Rebaseline — unless we just did and the Source's lists still start after its
@@ -492,7 +483,7 @@ class Agent:
         since = mirror.watermark.last_time
         if since is None:
             return
-        async for batch in self._batches(parts.lists.readable(since, Channel.POLL)):
+        async for batch in self._batches(parts.lists.readable_by_list(since, Channel.POLL)):
             await mirror.apply_batch(batch)
         await mirror.drain()
 
@@ -577,3 +568,24 @@ def _before_oldest(info: dict[str, Any], caught_up: datetime | None) -> ResumePo
     if oldest:
         return str(Position.parse(oldest).predecessor()), epoch
     return None
+
+
+async def runs_of(
+    lists: AsyncIterator[list[ResourceChange]], size: int, stopping: Callable[[], bool]
+) -> AsyncIterator[list[ResourceChange]]:
+    """The changes of ``lists`` (each list's in turn, in order) in runs of ``size`` (the
+    last may be shorter), cut across lists; none after ``stopping()`` turns true."""
+    run: list[ResourceChange] = []
+    async for changes in lists:
+        start = 0
+        while start < len(changes):
+            if stopping():
+                return
+            end = start + size - len(run)
+            run.extend(changes[start:end])
+            start = end
+            if len(run) >= size:
+                yield run
+                run = []
+    if run and not stopping():
+        yield run

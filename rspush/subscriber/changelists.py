@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 
 from rspush.remote.reader import DocumentReader
 from rspush.resourcesync import Capability, Change, Document, FrameworkChange
+from rspush.resourcesync.hashes import HashValue
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .changes import ChangeType, Channel, ResourceChange, from_entry
+from .changes import CHANGE_TYPES, ChangeType, Channel, ResourceChange, listed_change
 from .errors import SourceError
 from .gcpause import gc_paused
 
@@ -112,6 +113,15 @@ class ChangeLists:
 
     async def since(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
         """Every change at or after ``moment``: closed lists first, then the open one."""
+        async for changes in self.since_by_list(moment, channel):
+            for change in changes:
+                yield change
+
+    async def since_by_list(
+        self, moment: datetime, channel: Channel
+    ) -> AsyncIterator[list[ResourceChange]]:
+        """:meth:`since`, one list's changes at a time (the catch-up applies them in runs:
+        no step of a generator per change)."""
         refs = await self._lists()
         earliest = min((r.start for r in refs if r.start is not None), default=None)
         if earliest is None or earliest > moment:
@@ -124,21 +134,36 @@ class ChangeLists:
                 self.reader.forget(ref.url)
                 document = await self.reader.get(ref.url, conditional=True)
                 assert document is not None
-            for change in self._changes(document, moment, channel):
-                yield change
+            with gc_paused():
+                changes = self._changes(document, moment, channel)
+                # The parsed list is garbage now: freed before the collector runs again (it
+                # would walk the whole list once more) and before the next list is read.
+                del document
+            yield changes
 
     async def readable(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
         """Every change at or after ``moment`` in the lists the Source names: what can
         still be followed while the lists cannot show that they reach back (:meth:`since`
-        refused) and a rebaseline has to wait. Read in full — the poll that led here has
-        just read the open list conditionally, and only a list that changed leads here."""
+        refused) and a rebaseline has to wait."""
+        async for changes in self.readable_by_list(moment, channel):
+            for change in changes:
+                yield change
+
+    async def readable_by_list(
+        self, moment: datetime, channel: Channel
+    ) -> AsyncIterator[list[ResourceChange]]:
+        """:meth:`readable`, one list's changes at a time. Read in full — the poll that led
+        here has just read the open list conditionally, and only a list that changed leads
+        here."""
         for ref in await self._lists():
             if ref.until is not None and ref.until < moment:
                 continue
             document = await self.reader.get(ref.url)
             assert document is not None
-            for change in self._changes(document, moment, channel):
-                yield change
+            with gc_paused():  # as in since_by_list
+                changes = self._changes(document, moment, channel)
+                del document
+            yield changes
 
     async def poll(self, moment: datetime | None) -> AsyncIterator[ResourceChange]:
         """Changes at or after ``moment`` in the open list, if it changed since the last poll."""
@@ -312,13 +337,30 @@ def dated_changes(
     placed_by = md.from_ or md.until or md.at
     changes: list[ResourceChange] = []
     unplaced: list[Unplaced] = []
+    append = changes.append
     for entry in document.entries:
-        change = from_entry(entry, channel, default_time=placed_by)
-        if change is not None:
-            if entry.change_time is None:
+        # from_entry(entry, channel, default_time=placed_by), inline: this runs for every
+        # entry of every list read, and the entry's properties would each look at md again.
+        about = entry.md
+        hashes: tuple[HashValue, ...]
+        if about is None:
+            change_type: ChangeType | None = ChangeType.CREATED
+            when, length, hashes, media_type = entry.lastmod, None, (), None
+        else:
+            change_type = CHANGE_TYPES.get(about.change)
+            if change_type is None and about.change is None:
+                change_type = ChangeType.CREATED  # a Resource List entry: its current state
+            when = about.datetime if about.datetime is not None else entry.lastmod
+            length, hashes, media_type = about.length, about.hash, about.type
+        time = when if when is not None else placed_by
+        if change_type is not None and time is not None:
+            change = listed_change(
+                entry.loc, change_type, time, channel, length, hashes, media_type, entry.links
+            )
+            if when is None:
                 change.extra[PLACED] = True
-            placed_by = change.time
-            changes.append(change)
+            placed_by = time
+            append(change)
             continue
         kind = entry.md.change if entry.md is not None else None
         if kind is None or kind in _CHANGE_TYPES:

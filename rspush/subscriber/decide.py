@@ -34,6 +34,27 @@ class ResourceState:
         return parse_hashes(self.hash) if self.hash else ()
 
 
+_new = object.__new__
+_set_uri, _set_time, _set_change, _set_length, _set_hash, _set_path = (
+    getattr(ResourceState, f).__set__ for f in ResourceState.__dataclass_fields__
+)
+
+
+def new_state(
+    uri: str, time: datetime, change: str, length: int | None, hash: str | None, path: str | None
+) -> ResourceState:
+    """``ResourceState(uri, time, change, length, hash, path)`` for a run's thousands: its
+    fields set through their slots, not by name as a frozen dataclass's ``__init__`` does."""
+    made: ResourceState = _new(ResourceState)
+    _set_uri(made, uri)
+    _set_time(made, time)
+    _set_change(made, change)
+    _set_length(made, length)
+    _set_hash(made, hash)
+    _set_path(made, path)
+    return made
+
+
 class Decision(StrEnum):
     APPLY = "apply"
     SKIP_OLDER = "skip-older"

@@ -29,6 +29,11 @@ INDEX_NAME = "index"
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _MEMO_SIZE = 100_000
+"""URIs whose path :meth:`UriMap.path_for` remembers at most (then it starts afresh)."""
+_ORIGINS_SIZE = 1000
+"""Origins (scheme and authority as written) remembered at most, likewise."""
+
+Origin = tuple[str, str, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,7 @@ class _Prefix:
     segments: tuple[str, ...]
 
     @property
-    def origin(self) -> tuple[str, str, int | None]:
+    def origin(self) -> Origin:
         return (self.scheme, self.host, self.port)
 
     @classmethod
@@ -79,9 +84,10 @@ class UriMap:
     rules: tuple[tuple[str, PurePosixPath], ...]
 
     @cached_property
-    def _prefixes(self) -> tuple[_Prefix, ...]:
+    def _prefixes(self) -> tuple[tuple[Origin, tuple[str, ...], PurePosixPath], ...]:
         # Parsed once: path_for runs for every change (catch-up applies thousands per second).
-        return tuple(_Prefix.parse(uri) for uri, _ in self.rules)
+        parsed = ((_Prefix.parse(uri), directory) for uri, directory in self.rules)
+        return tuple((p.origin, p.segments, directory) for p, directory in parsed)
 
     @classmethod
     def build(cls, pairs: Iterable[tuple[str, str]]) -> UriMap:
@@ -101,6 +107,24 @@ class UriMap:
     def _memo(self) -> dict[str, PurePosixPath]:
         return {}
 
+    @cached_property
+    def _origins(self) -> dict[tuple[str, str], Origin]:
+        """(scheme, authority as written) -> (scheme, host, port): a catch-up maps thousands
+        of URIs of a few origins, and parsing an authority is most of a URI's first mapping."""
+        return {}
+
+    def _origin(self, uri: str, parts: SplitResult) -> Origin:
+        """What ``_Prefix.parse(uri, parts).origin`` is (it depends on the scheme and the
+        authority alone); a ValueError as it raises (refusals are not remembered)."""
+        key = (parts.scheme, parts.netloc)
+        origin = self._origins.get(key)
+        if origin is None:
+            origin = _Prefix.parse(uri, parts).origin
+            if len(self._origins) >= _ORIGINS_SIZE:
+                self._origins.clear()
+            self._origins[key] = origin
+        return origin
+
     def path_for(self, uri: str) -> PurePosixPath:
         """The destination-relative path for ``uri``; :class:`UnmappedURIError` if none."""
         # Remembered: a resource changes many times, and this runs for every change.
@@ -114,19 +138,20 @@ class UriMap:
     def _path_for(self, uri: str) -> PurePosixPath:
         try:
             parts = urlsplit(uri)
-            target = _Prefix.parse(uri, parts)
+            origin = self._origin(uri, parts)
         except ValueError as exc:
             raise UnmappedURIError(uri, str(exc)) from None
+        segments = _segments(parts.path)
         inner = parts.path.split("/")[1:-1]  # between the first "/" and the last name
         if "" in inner:
             # "a//b" is another URI than "a/b" but would be the same file.
             raise UnmappedURIError(uri, "an empty path segment ('//') has no file name")
-        for (_, directory), prefix in zip(self.rules, self._prefixes, strict=True):
-            if prefix.origin != target.origin:
+        for prefix_origin, prefix_segments, directory in self._prefixes:
+            if prefix_origin != origin:
                 continue
-            if target.segments[: len(prefix.segments)] != prefix.segments:
+            if segments[: len(prefix_segments)] != prefix_segments:
                 continue
-            rest = list(target.segments[len(prefix.segments) :])
+            rest = list(segments[len(prefix_segments) :])
             if not rest or parts.path.endswith("/"):
                 rest.append(INDEX_NAME)
             names = [_safe_name(uri, segment) for segment in rest]
@@ -135,10 +160,12 @@ class UriMap:
                 # ("%" itself is written "%25", so a literal "%3F" cannot pose as one).
                 names[-1] += "%3F" + quote(parts.query, safe="")
                 _check_length(uri, names[-1])
-            path = directory.joinpath(*names)
-            if path.parts and path.parts[0] == STATE_DIR:
+            # The path's first part, without building its parts: each name is one part (no
+            # separator, never "." or ".." or empty: _safe_name), and there is at least one.
+            first = directory.parts[0] if directory.parts else names[0]
+            if first == STATE_DIR:
                 raise UnmappedURIError(uri, f"maps into the agent's own {STATE_DIR}/ directory")
-            return path
+            return directory.joinpath(*names)
         covered = ", ".join(rule[0] for rule in self.rules) or "nothing"
         raise UnmappedURIError(
             uri, f"no --map covers it (mapped: {covered}); add --map {_origin(uri)}=DIR"

@@ -24,10 +24,10 @@ from typing import Any
 
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .appliers import Applier
+from .appliers import Applier, NullApplier
 from .changes import ChangeType, Channel, Outcome, ResourceChange
 from .checkpoint import Checkpoint
-from .decide import Decision, ResourceState, decide
+from .decide import Decision, ResourceState, decide, new_state
 from .errors import SubscriberError, SupersededError
 from .fetch import Fetched, Fetcher
 from .filters import ChangeFilter
@@ -203,17 +203,18 @@ class Mirror:
             log.warning("refused %d changes: not valid Unicode URIs", len(changes) - len(kept))
         me = asyncio.current_task()
         assert me is not None
+        uris = [c.uri for c in kept]
         # Changes of a URI already applying (a retry) finish first: one writer per file.
-        earlier = {c.uri: t for c in kept if (t := self._lanes.get(c.uri)) is not None}
-        seqs = [self._tracker.submitted(c) for c in kept]
+        lanes = self._lanes
+        earlier = {u: t for u in uris if (t := lanes.get(u)) is not None} if lanes else {}
+        seqs = self._tracker.submitted_many(kept)
         self._live += 1
         self._idle.clear()
-        for change in kept:
-            self._lanes[change.uri] = me
+        lanes.update(dict.fromkeys(uris, me))
         try:
             superseded = _superseded_in(kept)
             todo = [i for i, gone in enumerate(superseded) if not gone]
-            stored = self._stored({kept[i].uri for i in todo})
+            stored = self._stored({uris[i] for i in todo})
             results: list[tuple[ResourceState | None, Failed | None] | None] = [None] * len(kept)
             pending = iter(todo)
 
@@ -229,6 +230,15 @@ class Mirror:
                         row = _UNREAD  # what that change left, read now
                     results[i] = await self._apply(change, None, _never, row)
 
+            if not earlier and self._settled_at_once:
+                # Nothing to fetch, nothing to write: the run is decided and recorded in one
+                # synchronous pass (nothing else runs meanwhile: stopping is seen before it).
+                with gc_paused():  # synchronous, acyclic states and records (.gcpause)
+                    if not self._abandoning:
+                        self._settle_all(kept, todo, stored, results)
+                    self._record_batch(kept, seqs, superseded, results)
+                    results.clear()  # freed before the collector runs again
+                return
             workers = min(self._concurrency, len(todo))
             if workers == 1:
                 await worker()
@@ -237,12 +247,70 @@ class Mirror:
             with gc_paused():  # synchronous, acyclic rows and records (.gcpause)
                 self._record_batch(kept, seqs, superseded, results)
         finally:
-            for change in kept:
-                if self._lanes.get(change.uri) is me:
-                    del self._lanes[change.uri]
+            for uri in uris:
+                if lanes.get(uri) is me:
+                    del lanes[uri]
             self._live -= 1
             if self._live == 0:
                 self._idle.set()
+
+    @property
+    def _settled_at_once(self) -> bool:
+        """Metadata-only (no fetcher) with the :class:`NullApplier`: applying a change is
+        deciding and recording it — no I/O, nothing to await."""
+        return self.fetcher is None and type(self.applier) is NullApplier
+
+    def _settle(
+        self, change: ResourceChange, stored: ResourceState | None
+    ) -> tuple[ResourceState | None, Failed | None]:
+        """:meth:`_apply` of a change when :attr:`_settled_at_once`, without the
+        coroutines: the :class:`NullApplier` it would await does nothing."""
+        try:
+            settled = self._decide(change, stored)
+            if not isinstance(settled, PurePosixPath):
+                return settled
+            if change.change == ChangeType.DELETED:
+                return self._state(change, settled, None, None), None
+            return self._state(change, settled, change.length, change.hash_text), None
+        except Exception as exc:  # noqa: BLE001 - as in _apply
+            return self._unexpected(change, exc)
+
+    def _settle_all(
+        self,
+        kept: list[ResourceChange],
+        todo: list[int],
+        stored: dict[str, ResourceState],
+        results: list[tuple[ResourceState | None, Failed | None] | None],
+    ) -> None:
+        """:meth:`_settle` of ``kept[i]`` into ``results[i]`` for each ``i`` of ``todo``, with
+        the usual case inline — no filter, a change to apply, its path mapped: the state it
+        leaves, as :meth:`_settle` makes it. Any other case is :meth:`_settle`'s (it decides
+        and maps again, both pure, so nothing is counted twice)."""
+        settle = self._settle
+        if self.filter.active:
+            for i in todo:
+                change = kept[i]
+                results[i] = settle(change, stored.get(change.uri))
+            return
+        path_for = self.uri_map.path_for
+        apply, deleted = Decision.APPLY, ChangeType.DELETED
+        for i in todo:
+            change = kept[i]
+            row = stored.get(change.uri)
+            try:
+                relative = path_for(change.uri) if decide(row, change) is apply else None
+            except Exception:  # noqa: BLE001 - refused or worse: _settle says which
+                relative = None
+            if relative is None:
+                results[i] = settle(change, row)
+                continue
+            kind = change.change
+            if kind is deleted:
+                length, hash_text = None, None
+            else:
+                length, hash_text = change.length, change.hash_text
+            state = new_state(change.uri, change.time, str(kind), length, hash_text, str(relative))
+            results[i] = (state, None)
 
     def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
         """The checkpoint rows of ``uris`` (absent: no row), from memory where a catch-up
@@ -282,10 +350,12 @@ class Mirror:
         applied: list[tuple[ResourceChange, ResourceState]] = []
         reports: list[tuple[ResourceChange, str, datetime, dict[str, Any]]] = []
         done: list[int] = []
+        gone_count = 0
+        listened = self._listened
         self.checkpoint.begin_batch()
         for change, seq, gone, result in zip(kept, seqs, superseded, results, strict=True):
             if gone:
-                self.stats["superseded"] += 1
+                gone_count += 1
             elif result is None:
                 continue  # abandoned: never finished
             else:
@@ -298,22 +368,27 @@ class Mirror:
                     reports.append((change, "failed", now, {"reason": failed.reason}))
                 elif state is not None:
                     applied.append((change, state))
-                    self.stats["applied"] += 1
-                    reports.append((change, "applied", now, {}))
+                    if listened:
+                        reports.append((change, "applied", now, _NO_EXTRA))
             done.append(seq)
+        if gone_count:
+            self.stats["superseded"] += gone_count
+        if applied:
+            self.stats["applied"] += len(applied)
         moved = self._tracker.finished_many(done)
         self.checkpoint.record_many(applied)
         if self._known is not None:
             if len(self._known) + len(applied) > KNOWN_STATES:
                 self._known.clear()  # bounded: rows are read again from the checkpoint
+            known = self._known
             for change, state in applied:
-                self._known[change.uri] = state
+                known[change.uri] = state
         if moved and not self._held():
             self.checkpoint.set_watermark(self.watermark, now=now)
             self._dirty = 0
         elif moved:
             self._dirty += 1
-        if self._listened:
+        if listened:
             self._unreported.extend(reports)
         self.commit()
 
@@ -444,14 +519,19 @@ class Mirror:
         try:
             return await self._decide_and_apply(change, content, superseded, stored)
         except Exception as exc:  # noqa: BLE001 - one bad change must not stall the rest
-            # Whatever an applier (or a hostile URI) raises becomes a reported failure: the
-            # change's sequence number must finish, or the watermark stops for good.
-            log.exception("unexpected error applying %s", change.uri)
-            self.stats["failed"] += 1
-            return None, Failed(f"{change.uri}: {type(exc).__name__}: {exc}")
+            return self._unexpected(change, exc)
         finally:
             if content is not None:
                 content.path.unlink(missing_ok=True)
+
+    def _unexpected(
+        self, change: ResourceChange, exc: Exception
+    ) -> tuple[ResourceState | None, Failed | None]:
+        # Whatever an applier (or a hostile URI) raises becomes a reported failure: the
+        # change's sequence number must finish, or the watermark stops for good.
+        log.exception("unexpected error applying %s", change.uri)
+        self.stats["failed"] += 1
+        return None, Failed(f"{change.uri}: {type(exc).__name__}: {exc}")
 
     async def _decide_and_apply(
         self,
@@ -462,24 +542,11 @@ class Mirror:
     ) -> tuple[ResourceState | None, Failed | None]:
         if isinstance(stored, _Unread):
             stored = self.checkpoint.resource(change.uri)
-        held = stored is not None and stored.change != ChangeType.DELETED
-        # A deletion of something we hold is applied even if its entry lacks the links the
-        # filter looks for (Change List entries for deletions often carry none).
-        if not (self.filter.wants(change) or (change.change == ChangeType.DELETED and held)):
-            self.stats["filtered"] += 1
-            return None, None
-        decision = decide(stored, change)
-        if decision in (Decision.SKIP_OLDER, Decision.SKIP_DUPLICATE):
-            self.stats[str(decision)] += 1
-            if change.channel == Channel.RETRY:
-                self.checkpoint.clear_failure(change.uri)  # settled by a newer change
-            return None, None
+        settled = self._decide(change, stored)
+        if not isinstance(settled, PurePosixPath):
+            return settled
+        relative = settled
         try:
-            relative = self.uri_map.path_for(change.uri)
-            if decision is Decision.SAME_CONTENT:
-                assert stored is not None
-                self.stats["same-content"] += 1
-                return self._state(change, relative, stored.length, stored.hash), None
             if change.change == ChangeType.DELETED:
                 await self.applier.apply(change, relative, None)
                 return self._state(change, relative, None, None), None
@@ -495,17 +562,50 @@ class Mirror:
             own = f"sha256:{fetched.sha256}" if fetched.sha256 else None
             hash_text = change.hash_text or own
             return self._state(change, relative, fetched.length, hash_text), None
-        except SupersededError:
+        except (SubscriberError, OSError) as exc:
+            return self._failed(change, exc)
+
+    def _decide(
+        self, change: ResourceChange, stored: ResourceState | None
+    ) -> tuple[ResourceState | None, Failed | None] | PurePosixPath:
+        """Filter, decide, map: the outcome when that settles the change, else the path to
+        apply it at."""
+        held = stored is not None and stored.change != ChangeType.DELETED
+        # A deletion of something we hold is applied even if its entry lacks the links the
+        # filter looks for (Change List entries for deletions often carry none).
+        if not (self.filter.wants(change) or (change.change == ChangeType.DELETED and held)):
+            self.stats["filtered"] += 1
+            return None, None
+        decision = decide(stored, change)
+        if decision in (Decision.SKIP_OLDER, Decision.SKIP_DUPLICATE):
+            self.stats[str(decision)] += 1
+            if change.channel == Channel.RETRY:
+                self.checkpoint.clear_failure(change.uri)  # settled by a newer change
+            return None, None
+        try:
+            relative = self.uri_map.path_for(change.uri)
+        except (SubscriberError, OSError) as exc:
+            return self._failed(change, exc)
+        if decision is Decision.SAME_CONTENT:
+            assert stored is not None
+            self.stats["same-content"] += 1
+            return self._state(change, relative, stored.length, stored.hash), None
+        return relative
+
+    def _failed(
+        self, change: ResourceChange, exc: SubscriberError | OSError
+    ) -> tuple[ResourceState | None, Failed | None]:
+        """What an expected failure of a change becomes (counted; a refusal kept)."""
+        if isinstance(exc, SupersededError):
             self.stats["superseded"] += 1
             return None, None
-        except SubscriberError as exc:
+        if isinstance(exc, SubscriberError):
             self.stats["failed" if exc.retryable else "refused"] += 1
             if not exc.retryable and self.first_refused is None:
                 self.first_refused = exc
             return None, Failed(str(exc), exc.retryable)
-        except OSError as exc:
-            self.stats["failed"] += 1
-            return None, Failed(f"{change.uri}: {exc.strerror or exc}")
+        self.stats["failed"] += 1
+        return None, Failed(f"{change.uri}: {exc.strerror or exc}")
 
     async def _fetch(self, change: ResourceChange, superseded: Callable[[], bool]) -> Fetched:
         assert self.fetcher is not None
@@ -522,7 +622,7 @@ class Mirror:
     def _state(
         change: ResourceChange, relative: PurePosixPath, length: int | None, hash_text: str | None
     ) -> ResourceState:
-        return ResourceState(
+        return new_state(
             change.uri, change.time, str(change.change), length, hash_text, str(relative)
         )
 
@@ -599,7 +699,11 @@ class Mirror:
         if self._applied_text[0] != now:  # a batch reports many outcomes at one moment
             self._applied_text = (now, format_w3c_datetime(now))
         data["applied"] = self._applied_text[1]
-        self.events(data | extra)
+        self.events(data | extra if extra else data)
+
+
+_NO_EXTRA: dict[str, Any] = {}
+"""An outcome's extra event fields when it has none (shared: never written to)."""
 
 
 def _superseded_in(changes: list[ResourceChange]) -> list[bool]:
@@ -616,6 +720,8 @@ def _superseded_in(changes: list[ResourceChange]) -> list[bool]:
 
 
 def _storable(uri: str) -> bool:
+    if uri.isascii():
+        return True  # as nearly every URI: no encoding to try
     try:
         uri.encode()
     except UnicodeEncodeError:

@@ -51,6 +51,15 @@ class WatermarkTracker:
         self._pending[self._seq] = change
         return self._seq
 
+    def submitted_many(self, changes: list[ResourceChange]) -> list[int]:
+        """:meth:`submitted` of each of ``changes``, in order: their numbers."""
+        first = self._seq + 1
+        self._seq += len(changes)
+        seqs = range(first, self._seq + 1)
+        self._order.extend(seqs)
+        self._pending.update(zip(seqs, changes, strict=True))
+        return list(seqs)
+
     def finished(self, seq: int) -> bool:
         """The change numbered ``seq`` is done (applied, skipped, failed or superseded —
         whatever became of it); True when the watermark moved."""
