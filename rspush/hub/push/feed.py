@@ -1,8 +1,9 @@
 """One topic's live feed in one hub process: a single stream reader (``XREAD BLOCK``, through
 :meth:`TopicStore.wait_entries`) whose batches fan out in memory to every subscriber of the topic.
 
-Each batch is encoded once per format and the same bytes go to every live subscriber through
-``websockets.broadcast`` (no per-connection encoding, no per-connection coroutine). Batching
+Each batch is encoded once per format, framed once (:mod:`.fanout`), and the same bytes are
+written to every live subscriber's socket (no per-connection encoding, framing or coroutine).
+Batching
 adapts by itself: ``XREAD`` returns whatever arrived since the last read, so under light load
 a change goes out alone at once and under heavy load batches grow up to ``MAX_BATCH``; a batch
 whose frame would pass :data:`rspush.protocol.MAX_FRAME_BYTES` or ``send_buffer_bytes`` goes
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from websockets.asyncio.server import ServerConnection, broadcast
+from websockets.asyncio.server import ServerConnection
 
 from rspush.protocol import (
     FRAME_ENCODERS,
@@ -47,6 +48,7 @@ from rspush.resourcesync.w3cdt import from_us
 from ..errors import StoreUnavailable
 from ..rotation import cancel_and_wait
 from ..store import StreamEntry, TopicStore
+from .fanout import wire_text, write_text
 from .flow import close_slow
 
 RETRY_S = 0.5
@@ -63,6 +65,8 @@ class Batch:
     start: datetime
     until: datetime
     encoded: dict[str, list[EncodedFrame]] = field(default_factory=dict)
+    wired: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    """Per format, each frame's payload and its bytes on the wire (:func:`.fanout.wire_text`)."""
 
     @property
     def last(self) -> Position:
@@ -203,6 +207,15 @@ class TopicFeed:
             batch.encoded[fmt] = frames
         return frames
 
+    def wired(self, batch: Batch, fmt: str) -> list[tuple[bytes, bytes]]:
+        """The batch's frames in ``fmt``, each as its payload and its bytes on the wire,
+        framed once for every subscriber."""
+        frames = batch.wired.get(fmt)
+        if frames is None:
+            frames = [(frame.data, wire_text(frame.data)) for frame in self.encoded(batch, fmt)]
+            batch.wired[fmt] = frames
+        return frames
+
     def encode(
         self, changes: list[StreamEntry], start: datetime, until: datetime, fmt: str
     ) -> list[EncodedFrame]:
@@ -227,7 +240,9 @@ class TopicFeed:
     def deliver(self, batch: Batch) -> None:
         """Hand a batch to every subscription: broadcast to the live ones, queue for the
         ones still replaying."""
+        # Runs per subscriber per batch: what can be is taken out of the loop.
         by_format: dict[str, list[ServerConnection]] = {}
+        last, until, limit = batch.last, batch.until, self.send_buffer_bytes
         for sub in list(self.subscriptions):
             if sub.closed:
                 continue
@@ -236,16 +251,21 @@ class TopicFeed:
                 if len(sub.pending) > self.max_pending_batches:
                     self.close_slow(sub)
                 continue
-            if self._over_limit(sub.connection):
+            connection = sub.connection
+            transport = connection.transport
+            if transport is not None and transport.get_write_buffer_size() > limit:
                 self.close_slow(sub)
                 continue
-            by_format.setdefault(sub.format, []).append(sub.connection)
-            sub.last_sent = batch.last
-            sub.until = batch.until
+            connections = by_format.get(sub.format)
+            if connections is None:
+                connections = by_format[sub.format] = []
+            connections.append(connection)
+            sub.last_sent = last
+            sub.until = until
         lag = time.time() - batch.changes[0].position.ms / 1000
         for fmt, connections in by_format.items():
-            for frame in self.encoded(batch, fmt):
-                broadcast(connections, frame.data, text=True)
+            for payload, wire in self.wired(batch, fmt):
+                write_text(connections, payload, wire)
             if self.on_sent is not None:
                 self.on_sent(self.topic, len(connections), len(batch.changes), lag)
 
@@ -265,7 +285,8 @@ class TopicFeed:
                 self.close_slow(sub)
                 continue
             connections.append(sub.connection)
-        broadcast(connections, frame, text=True)
+        if connections:
+            write_text(connections, frame, wire_text(frame))
 
     def _over_limit(self, connection: ServerConnection) -> bool:
         transport = connection.transport
