@@ -1,7 +1,8 @@
 """The seam between a subscription's replay and the live feed when the replay reads further
-than the feed has delivered: a replay reads the stream itself, so it can send changes the
-feed has read but not yet handed out, or not yet read. Those must not come a second time once
-the subscription is live (docs/protocol.md: no gap and no duplicate at the seam)."""
+than the feed has handed out: a replay reads the stream itself, so it can send changes the
+feed has not read yet (the feed waits out a failed read, or is simply a step behind). Those
+must not come a second time once the subscription is live (docs/protocol.md: no gap and no
+duplicate at the seam)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,44 @@ async def test_subscribers_joining_at_the_tail_while_changes_arrive_get_each_onc
     finally:
         stop.set()
         await poster
+
+
+async def _cut_blocked_readers(redis: Redis) -> int:
+    """Close every connection waiting in ``XREAD`` (the feed's reader waits there): its read
+    fails and the reader waits a moment before it reads again."""
+    clients = await redis.client_list()
+    blocked = [c for c in clients if c.get("cmd") == "xread" and "b" in c.get("flags", "")]
+    for c in blocked:
+        await redis.client_kill_filter(_id=c["id"])
+    return len(blocked)
+
+
+@pytest.mark.timeout(60)
+async def test_a_replay_ahead_of_the_feed_goes_live_only_once_the_feed_caught_up(
+    hub: RunningHub, client: httpx.AsyncClient, redis: Redis
+) -> None:
+    """Changes appended while the feed's reader cannot read are sent by a joining
+    subscription's replay; the feed hands them out again once it reads: the joiner must get
+    them once, then the live changes."""
+    assert hub.push_url is not None and hub.push is not None
+    feed = hub.push.feeds["dataset1"]
+    times = Times()
+    async with subscribed(hub.push_url) as first:  # keeps the feed reading
+        seen = await post(client, batch(times, "seen", 2))
+        await eventually(lambda: len(first.changes()) == 2, what="the first changes")
+        delivered = feed.delivered
+        assert await _cut_blocked_readers(redis) >= 1
+        ahead = batch(times, "ahead", 3)
+        await post(client, ahead)
+        resume = {"topic": "dataset1", "position": seen["last"], "epoch": seen["epoch"]}
+        async with subscribed(hub.push_url, [resume]) as joiner:
+            await eventually(lambda: len(joiner.changes()) == 3, what="the replayed changes")
+            # The replay is ahead of the feed: what this test is about.
+            assert feed.delivered == delivered
+            later = batch(times, "later", 2)
+            await post(client, later)
+            await eventually(lambda: len(first.changes()) == 7, what="the feed caught up")
+            await eventually(lambda: len(joiner.changes()) >= 5, what="the live changes")
+            expected = [loc for loc, _, _ in ahead + later]
+            assert [c["loc"] for c in joiner.changes()] == expected
+            assert [c["loc"] for c in first.changes()][2:] == expected

@@ -113,7 +113,7 @@ class TopicFeed:
         self.close_timeout_s = close_timeout_s
         self.subscriptions: set[Subscription] = set()
         self.last = ZERO
-        """The position the reader has read through (handed out, or about to be)."""
+        """The position the reader has read through."""
         self.last_until: datetime | None = None
         self.delivered = ZERO
         """The position of the last batch handed to the subscriptions."""
@@ -185,57 +185,40 @@ class TopicFeed:
             await cancel_and_wait(task)
 
     async def _run(self, generation: int) -> None:
-        ahead: asyncio.Task[list[StreamEntry]] | None = None
-        try:
-            while not self._stopping and generation == self._generation:
-                read, ahead = ahead or self._read(), None
-                try:
-                    changes = await read
-                except StoreUnavailable as exc:
-                    # The server restarts or is unreachable: retry until it is back; the
-                    # subscribers stay connected and get everything from ``self.last`` on.
-                    if self._stopping:
-                        return
-                    log.warning("feed %s: %s; retrying", self.topic, exc.__cause__ or exc)
-                    await asyncio.sleep(RETRY_S)
-                    continue
-                except Exception:
-                    # Never end silently: subscribers would wait on an open connection for
-                    # ever.
-                    log.exception("feed %s: reading the stream failed; retrying", self.topic)
-                    await asyncio.sleep(RETRY_S)
-                    continue
-                if not changes:
-                    continue
-                until = from_us(changes[-1].time_us)
-                start = self.last_until or from_us(changes[0].time_us)
-                self.last = changes[-1].position
-                self.last_until = until
-                # The next read goes out before this batch is written: the stream server
-                # answers it while the sockets are written, so what was appended meanwhile
-                # is in hand when the writes end instead of one round trip later. The read
-                # task sends its command in its first step, which runs before this task's
-                # next one.
-                ahead = self._read()
-                await asyncio.sleep(0)
-                try:
-                    self.deliver(Batch(changes, start, until))
-                except Exception:
-                    # A failed delivery must not end the reader (subscribers would wait for
-                    # ever); whoever missed the batch is closed below the next time, or
-                    # resumes.
-                    log.exception("feed %s: delivering a batch failed", self.topic)
-        finally:
-            if ahead is not None:
-                # Its reply, if any, is for a reader that has stopped: nobody reads it.
-                ahead.cancel()
-                ahead.add_done_callback(_discard_result)
-
-    def _read(self) -> asyncio.Task[list[StreamEntry]]:
-        """Read what follows ``self.last``, waiting up to :data:`BLOCK_MS` for it."""
-        return asyncio.create_task(
-            self.store.wait_entries(self.topic, self.last, count=MAX_BATCH, block_ms=BLOCK_MS)
-        )
+        # The next read goes out once a batch is written, not before: what is appended while
+        # the sockets are written then comes back as one batch, so under load frames grow
+        # instead of multiplying (each frame costs one write per subscriber). A read sent
+        # ahead would save one round trip but be answered by the first append alone.
+        while not self._stopping and generation == self._generation:
+            try:
+                changes = await self.store.wait_entries(
+                    self.topic, self.last, count=MAX_BATCH, block_ms=BLOCK_MS
+                )
+            except StoreUnavailable as exc:
+                # The server restarts or is unreachable: retry until it is back; the
+                # subscribers stay connected and get everything from ``self.last`` on.
+                if self._stopping:
+                    return
+                log.warning("feed %s: %s; retrying", self.topic, exc.__cause__ or exc)
+                await asyncio.sleep(RETRY_S)
+                continue
+            except Exception:
+                # Never end silently: subscribers would wait on an open connection for ever.
+                log.exception("feed %s: reading the stream failed; retrying", self.topic)
+                await asyncio.sleep(RETRY_S)
+                continue
+            if not changes:
+                continue
+            until = from_us(changes[-1].time_us)
+            start = self.last_until or from_us(changes[0].time_us)
+            self.last = changes[-1].position
+            self.last_until = until
+            try:
+                self.deliver(Batch(changes, start, until))
+            except Exception:
+                # A failed delivery must not end the reader (subscribers would wait for
+                # ever); whoever missed the batch is closed below the next time, or resumes.
+                log.exception("feed %s: delivering a batch failed", self.topic)
 
     def encoded(self, batch: Batch, fmt: str) -> list[EncodedFrame]:
         """The batch's frames in ``fmt`` (one unless it passes the frame size bound),
@@ -347,9 +330,3 @@ class TopicFeed:
         # The loop keeps only weak references to tasks: hold it until it is done.
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-
-
-def _discard_result(task: asyncio.Task[list[StreamEntry]]) -> None:
-    """Retrieve a read nobody awaits, so its failure is not reported as never retrieved."""
-    if not task.cancelled():
-        task.exception()
