@@ -60,6 +60,7 @@ from ..store import StreamEntry, TopicStore
 from .feed import Subscription, TopicFeed
 from .flow import Stalled, close_slow, send_bounded
 from .framework_feed import FrameworkFeed
+from .heap import freeze_startup_heap
 from .keepalive import Keepalive
 from .limits import ConnectionLimiter, service_unavailable
 
@@ -187,6 +188,7 @@ class PushServer:
             create_connection=connection_class,
         )
         self.keepalive.start()
+        freeze_startup_heap()
 
     async def stop(self) -> None:
         await self.keepalive.stop()
