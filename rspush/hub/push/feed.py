@@ -5,9 +5,8 @@ Each batch is encoded once per format, framed once (:mod:`.fanout`), and the sam
 written to every live subscriber's socket (no per-connection encoding, framing or coroutine).
 Batching adapts by itself: ``XREAD`` returns whatever arrived since the last read, so under
 light load a change goes out alone at once and under heavy load batches grow up to
-``MAX_BATCH``; a batch
-whose frame would pass :data:`rspush.protocol.MAX_FRAME_BYTES` or ``send_buffer_bytes`` goes
-out as several contiguous frames.
+``MAX_BATCH``; a batch whose frame would pass :data:`rspush.protocol.MAX_FRAME_BYTES` or
+``send_buffer_bytes`` goes out as several contiguous frames.
 
 Backpressure: before each broadcast a connection whose transport write buffer is over
 ``send_buffer_bytes`` is closed with :attr:`CloseCode.SLOW_CONSUMER` and its resume position,
