@@ -1,12 +1,12 @@
 """One topic's live feed in one hub process: a single stream reader (``XREAD BLOCK``, through
 :meth:`TopicStore.wait_entries`) whose batches fan out in memory to every subscriber of the topic.
 
-Each batch is encoded once per format and the same bytes go to every live subscriber through
-``websockets.broadcast`` (no per-connection encoding, no per-connection coroutine). Batching
-adapts by itself: ``XREAD`` returns whatever arrived since the last read, so under light load
-a change goes out alone at once and under heavy load batches grow up to ``MAX_BATCH``; a batch
-whose frame would pass :data:`rspush.protocol.MAX_FRAME_BYTES` or ``send_buffer_bytes`` goes
-out as several contiguous frames.
+Each batch is encoded once per format, framed once (:mod:`.fanout`), and the same bytes are
+written to every live subscriber's socket (no per-connection encoding, framing or coroutine).
+Batching adapts by itself: ``XREAD`` returns whatever arrived since the last read, so under
+light load a change goes out alone at once and under heavy load batches grow up to
+``MAX_BATCH``; a batch whose frame would pass :data:`rspush.protocol.MAX_FRAME_BYTES` or
+``send_buffer_bytes`` goes out as several contiguous frames.
 
 Backpressure: before each broadcast a connection whose transport write buffer is over
 ``send_buffer_bytes`` is closed with :attr:`CloseCode.SLOW_CONSUMER` and its resume position,
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from websockets.asyncio.server import ServerConnection, broadcast
+from websockets.asyncio.server import ServerConnection
 
 from rspush.protocol import (
     FRAME_ENCODERS,
@@ -47,6 +47,7 @@ from rspush.resourcesync.w3cdt import from_us
 from ..errors import StoreUnavailable
 from ..rotation import cancel_and_wait
 from ..store import StreamEntry, TopicStore
+from .fanout import wire_text, write_text
 from .flow import close_slow
 
 RETRY_S = 0.5
@@ -63,6 +64,8 @@ class Batch:
     start: datetime
     until: datetime
     encoded: dict[str, list[EncodedFrame]] = field(default_factory=dict)
+    wired: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    """Per format, each frame's payload and its bytes on the wire (:func:`.fanout.wire_text`)."""
 
     @property
     def last(self) -> Position:
@@ -109,7 +112,11 @@ class TopicFeed:
         self.close_timeout_s = close_timeout_s
         self.subscriptions: set[Subscription] = set()
         self.last = ZERO
+        """The position the reader has read through."""
         self.last_until: datetime | None = None
+        self.delivered = ZERO
+        """The position of the last batch handed to the subscriptions."""
+        self._deliveries: list[asyncio.Future[None]] = []
         self.on_sent = on_sent
         self.on_slow = on_slow
         self._task: asyncio.Task[None] | None = None
@@ -136,7 +143,7 @@ class TopicFeed:
             newest = await self.store.newest(self.topic)
             if self._task is not None:
                 return
-            self.last = ZERO if newest is None else newest.position
+            self.last = self.delivered = ZERO if newest is None else newest.position
             self.last_until = None if newest is None else from_us(newest.time_us)
             self._generation += 1
             self._task = asyncio.create_task(
@@ -154,8 +161,22 @@ class TopicFeed:
             self._retired.add(task)
             task.add_done_callback(self._retired.discard)
 
+    async def delivery(self) -> None:
+        """Wait until the next batch has been handed out (or the feed stops)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._deliveries.append(waiter)
+        await waiter
+
+    def _delivered(self, position: Position) -> None:
+        self.delivered = position
+        waiters, self._deliveries = self._deliveries, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def stop(self) -> None:
         self._stopping = True
+        self._delivered(self.delivered)
         self._generation += 1
         tasks = [*self._retired, *([self._task] if self._task is not None else [])]
         self._task = None
@@ -163,6 +184,10 @@ class TopicFeed:
             await cancel_and_wait(task)
 
     async def _run(self, generation: int) -> None:
+        # The next read goes out once a batch is written, not before: what is appended while
+        # the sockets are written then comes back as one batch, so under load frames grow
+        # instead of multiplying (each frame costs one write per subscriber). A read sent
+        # ahead would save one round trip but be answered by the first append alone.
         while not self._stopping and generation == self._generation:
             try:
                 changes = await self.store.wait_entries(
@@ -203,6 +228,15 @@ class TopicFeed:
             batch.encoded[fmt] = frames
         return frames
 
+    def wired(self, batch: Batch, fmt: str) -> list[tuple[bytes, bytes]]:
+        """The batch's frames in ``fmt``, each as its payload and its bytes on the wire,
+        framed once for every subscriber."""
+        frames = batch.wired.get(fmt)
+        if frames is None:
+            frames = [(frame.data, wire_text(frame.data)) for frame in self.encoded(batch, fmt)]
+            batch.wired[fmt] = frames
+        return frames
+
     def encode(
         self, changes: list[StreamEntry], start: datetime, until: datetime, fmt: str
     ) -> list[EncodedFrame]:
@@ -227,7 +261,9 @@ class TopicFeed:
     def deliver(self, batch: Batch) -> None:
         """Hand a batch to every subscription: broadcast to the live ones, queue for the
         ones still replaying."""
+        # Runs per subscriber per batch: what can be is taken out of the loop.
         by_format: dict[str, list[ServerConnection]] = {}
+        last, until, limit = batch.last, batch.until, self.send_buffer_bytes
         for sub in list(self.subscriptions):
             if sub.closed:
                 continue
@@ -236,18 +272,24 @@ class TopicFeed:
                 if len(sub.pending) > self.max_pending_batches:
                     self.close_slow(sub)
                 continue
-            if self._over_limit(sub.connection):
+            connection = sub.connection
+            transport = connection.transport
+            if transport is not None and transport.get_write_buffer_size() > limit:
                 self.close_slow(sub)
                 continue
-            by_format.setdefault(sub.format, []).append(sub.connection)
-            sub.last_sent = batch.last
-            sub.until = batch.until
+            connections = by_format.get(sub.format)
+            if connections is None:
+                connections = by_format[sub.format] = []
+            connections.append(connection)
+            sub.last_sent = last
+            sub.until = until
         lag = time.time() - batch.changes[0].position.ms / 1000
         for fmt, connections in by_format.items():
-            for frame in self.encoded(batch, fmt):
-                broadcast(connections, frame.data, text=True)
+            for payload, wire in self.wired(batch, fmt):
+                write_text(connections, payload, wire)
             if self.on_sent is not None:
                 self.on_sent(self.topic, len(connections), len(batch.changes), lag)
+        self._delivered(last)
 
     def deliver_framework(self, frame: bytes) -> None:
         """Hand a framework frame to every subscription that asked for them: broadcast to
@@ -265,7 +307,8 @@ class TopicFeed:
                 self.close_slow(sub)
                 continue
             connections.append(sub.connection)
-        broadcast(connections, frame, text=True)
+        if connections:
+            write_text(connections, frame, wire_text(frame))
 
     def _over_limit(self, connection: ServerConnection) -> bool:
         transport = connection.transport

@@ -60,6 +60,7 @@ from ..store import StreamEntry, TopicStore
 from .feed import Subscription, TopicFeed
 from .flow import Stalled, close_slow, send_bounded
 from .framework_feed import FrameworkFeed
+from .heap import freeze_startup_heap
 from .keepalive import Keepalive
 from .limits import ConnectionLimiter, service_unavailable
 
@@ -187,6 +188,7 @@ class PushServer:
             create_connection=connection_class,
         )
         self.keepalive.start()
+        freeze_startup_heap()
 
     async def stop(self) -> None:
         await self.keepalive.stop()
@@ -425,15 +427,22 @@ class PushServer:
                 await self._send_frame(connection, sub, frames.pop(0))
             if not full:
                 break
-        # Seam: queued live batches, minus what the replay already sent.
-        while sub.pending:
-            batch = sub.pending.pop(0)
-            fresh = [c for c in batch.changes if c.position > sub.last_sent]
-            if len(fresh) == len(batch.changes) and batch.start == sub.until:
-                for frame in feed.encoded(batch, sub.format):
-                    await self._send_frame(connection, sub, frame)
-            elif fresh:
-                await self._send(connection, feed, sub, fresh)
+        # Seam: queued live batches, minus what the replay already sent. The replay reads the
+        # stream itself, so it may have sent changes the feed has not handed out yet: the
+        # subscription goes live only once the feed has caught up with it (their batches
+        # queue here meanwhile, and are dropped as repeats), so that every batch it gets
+        # live starts right after the last change it was sent.
+        while True:
+            while sub.pending:
+                batch = sub.pending.pop(0)
+                fresh = [c for c in batch.changes if c.position > sub.last_sent]
+                if len(fresh) == len(batch.changes) and batch.start == sub.until:
+                    for frame in feed.encoded(batch, sub.format):
+                        await self._send_frame(connection, sub, frame)
+                elif fresh:
+                    await self._send(connection, feed, sub, fresh)
+            if sub.last_sent <= feed.delivered or not await _feed_delivers(feed, connection):
+                break
         # Framework frames that arrived meanwhile, in order, before any live one.
         while sub.framework_pending:
             try:
@@ -497,6 +506,19 @@ def forget_handshake(connection: ServerConnection) -> None:
     for message in (connection.request, connection.response):
         if message is not None:
             message.headers.clear()
+
+
+async def _feed_delivers(feed: TopicFeed, connection: ServerConnection) -> bool:
+    """Wait for the feed's next batch: True once it is handed out, False if the connection
+    closed first (then nothing is owed to it)."""
+    delivery = asyncio.ensure_future(feed.delivery())
+    closed = asyncio.ensure_future(connection.wait_closed())
+    try:
+        await asyncio.wait({delivery, closed}, return_when=asyncio.FIRST_COMPLETED)
+        return not closed.done()
+    finally:
+        delivery.cancel()
+        closed.cancel()
 
 
 def _drop(feed: TopicFeed, sub: Subscription) -> None:
