@@ -141,20 +141,14 @@ class ChangeLists:
                 del document
             yield changes
 
-    async def readable(self, moment: datetime, channel: Channel) -> AsyncIterator[ResourceChange]:
-        """Every change at or after ``moment`` in the lists the Source names: what can
-        still be followed while the lists cannot show that they reach back (:meth:`since`
-        refused) and a rebaseline has to wait."""
-        async for changes in self.readable_by_list(moment, channel):
-            for change in changes:
-                yield change
-
     async def readable_by_list(
         self, moment: datetime, channel: Channel
     ) -> AsyncIterator[list[ResourceChange]]:
-        """:meth:`readable`, one list's changes at a time. Read in full — the poll that led
-        here has just read the open list conditionally, and only a list that changed leads
-        here."""
+        """Every change at or after ``moment`` in the lists the Source names, one list's
+        changes at a time: what can still be followed while the lists cannot show that they
+        reach back (:meth:`since` refused) and a rebaseline has to wait. Read in full: the
+        poll that led here has just read the open list conditionally, and only a list that
+        changed leads here."""
         for ref in await self._lists():
             if ref.until is not None and ref.until < moment:
                 continue
