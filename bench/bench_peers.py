@@ -55,7 +55,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .harness.hub import TOKEN, add_hub_args, hub_args, start_hub
+import httpx
+
+from .harness.hub import (
+    TOKEN,
+    add_hub_args,
+    histogram,
+    histogram_quantile,
+    hub_args,
+    start_hub,
+)
 from .harness.results import command_line, git_state, log, median, table, write_json
 from .harness.results import quantiles as quantile_points
 from .harness.system import (
@@ -366,6 +375,24 @@ class Run:
             "cpu_percent": used,
         }
 
+    async def hub_anatomy(self) -> dict[str, Any]:
+        """Where rspush's acceptance -> receive goes, from the hub's own histograms (per batch
+        of the latency topic): acceptance to the start of the batch's writes
+        (``rspush_push_lag_seconds``; acceptance is the stream id's whole millisecond, so
+        this includes up to 1 ms of that rounding), and writing the batch to every subscriber
+        (``rspush_push_write_seconds``). The rest is the clients' own share."""
+        figures: dict[str, Any] = {}
+        async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
+            for key, name in (
+                ("hub_lag_ms", "rspush_push_lag_seconds"),
+                ("hub_write_ms", "rspush_push_write_seconds"),
+            ):
+                shares = await histogram(client, self.running.publish_url, name, "latency")
+                figures[key] = {
+                    f"p{round(q * 100)}": histogram_quantile(shares, q) * 1000 for q in (0.5, 0.99)
+                }
+        return figures
+
     async def latency(self) -> dict[str, Any]:
         n = self.args.latency_subscribers
         messages = max(1, round(self.args.latency_seconds * self.args.rate / PER_PUBLISH))
@@ -380,7 +407,9 @@ class Run:
         used = cpu.used()
         await self.clients.close()
         calls = sorted(sent["call_ms"])
+        anatomy = await self.hub_anatomy() if self.system == "rspush" else {}
         return {
+            **anatomy,
             "subscribers": n,
             "changes_per_s_target": self.args.rate,
             "changes_per_s_published": sent["rate"],
@@ -581,6 +610,21 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> str:
         "",
         table(header, rows),
     ]
+    anatomy = [
+        run["latency"]
+        for run in results["runs"].get("rspush", [])
+        if "hub_write_ms" in run.get("latency", {})
+    ]
+    if anatomy:
+        lag = [a["hub_lag_ms"] for a in anatomy]
+        write = [a["hub_write_ms"] for a in anatomy]
+        lines.append(
+            "rspush hub, per batch of the latency phase (median of runs; histogram buckets): "
+            f"acceptance -> writes start p50 {median([x['p50'] for x in lag]):.2f} / "
+            f"p99 {median([x['p99'] for x in lag]):.2f} ms, writing it to every subscriber "
+            f"p50 {median([x['p50'] for x in write]):.2f} / "
+            f"p99 {median([x['p99'] for x in write]):.2f} ms"
+        )
     for system, reason in results["skipped"].items():
         lines.append(f"skipped {system}: {reason}")
     for system, runs in results["runs"].items():

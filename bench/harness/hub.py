@@ -213,6 +213,21 @@ async def histogram(
     return {le: count / total for le, count in counts.items()} if total else {}
 
 
+def histogram_quantile(shares: dict[str, float], q: float) -> float:
+    """The ``q`` quantile of a histogram given as :func:`histogram` returns it, read linearly
+    between the bounds of the bucket it falls in (as Prometheus' ``histogram_quantile`` does);
+    NaN when the histogram is empty or the quantile lies in the ``+Inf`` bucket."""
+    bounds = sorted((float(le), share) for le, share in shares.items() if le != "+Inf")
+    below, below_share = 0.0, 0.0
+    for bound, share in bounds:
+        if share >= q:
+            if share == below_share:
+                return bound
+            return below + (bound - below) * (q - below_share) / (share - below_share)
+        below, below_share = bound, share
+    return float("nan")
+
+
 # --- posting ---------------------------------------------------------------------------------
 
 

@@ -101,7 +101,7 @@ class TopicFeed:
         send_buffer_bytes: int,
         max_pending_batches: int,
         close_timeout_s: float = 5.0,
-        on_sent: Callable[[str, int, int, float], None] | None = None,
+        on_sent: Callable[[str, int, int, float, float], None] | None = None,
         on_slow: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
@@ -285,10 +285,13 @@ class TopicFeed:
             sub.until = until
         lag = time.time() - batch.changes[0].position.ms / 1000
         for fmt, connections in by_format.items():
-            for payload, wire in self.wired(batch, fmt):
+            frames = self.wired(batch, fmt)
+            started = time.perf_counter()
+            for payload, wire in frames:
                 write_text(connections, payload, wire)
+            written = time.perf_counter() - started
             if self.on_sent is not None:
-                self.on_sent(self.topic, len(connections), len(batch.changes), lag)
+                self.on_sent(self.topic, len(connections), len(batch.changes), lag, written)
         self._delivered(last)
 
     def deliver_framework(self, frame: bytes) -> None:

@@ -117,7 +117,7 @@ class PushServer:
         settings: Settings,
         redis: Redis,
         *,
-        on_sent: Callable[[str, int, int, float], None] | None = None,
+        on_sent: Callable[[str, int, int, float, float], None] | None = None,
         on_slow: Callable[[str], None] | None = None,
         on_subscribers: Callable[[str, int], None] | None = None,
     ) -> None:
