@@ -27,11 +27,14 @@ Phases, per run: warm-up (not counted); idle memory (``--idle`` subscribers conn
 idle: server RSS delta / N, from /proc, the embedded valkey-server left out); fan-out (N in
 ``--subscribers`` x changes per message in ``--per-message``: publishes back to back, each
 call awaited; deliveries/s = changes received by all subscribers / first publish to last
-subscriber complete); latency (``--latency-subscribers`` subscribers, ``--rate`` changes/s as
-10 per publish, paced: acceptance -> receive and publish-call start -> receive per change,
-and the publish call itself). Acceptance: rspush the stream position (stamped by valkey at
-acceptance), JetStream the time the server stored the message; Socket.IO and NATS core have
-no acceptance point, so their acceptance is the publish-call start.
+subscriber complete); latency (first 300 publish calls of 10 changes back to back to a topic
+nobody follows, the publish path alone; then ``--latency-subscribers`` subscribers,
+``--rate`` changes/s as 10 per publish, paced: acceptance -> receive and publish-call start
+-> receive per change, and the publish call itself). Acceptance: rspush the stream position
+(stamped by valkey at acceptance, in whole milliseconds), JetStream the time the server stored
+the message; Socket.IO and NATS core have no acceptance point, so their acceptance is the
+publish-call start. For rspush the report adds the hub's own share of acceptance -> receive,
+from its histograms (``rspush_push_lag_seconds``, ``rspush_push_write_seconds``).
 
 A system whose software is missing is skipped with the reason (run bench/peers/setup); a run
 that fails is reported with its error and the others go on. Everything binds 127.0.0.1, every
@@ -91,6 +94,8 @@ EMBEDDED_NAMES = ("valkey-server", "redis-server")
 and not counted either)."""
 PER_PUBLISH = 10
 """Changes per publish in the latency phase."""
+BACK_TO_BACK = 300
+"""Publish calls made back to back before the paced ones of the latency phase."""
 
 
 # --- the systems under test ------------------------------------------------------------------
@@ -393,7 +398,16 @@ class Run:
                 }
         return figures
 
+    async def back_to_back(self) -> dict[str, float]:
+        """Publish calls of ``PER_PUBLISH`` changes one after the other to a topic nobody
+        follows: the publish path alone, kept busy (the paced calls below wait ~10 ms
+        between calls, and a process that has slept starts each call with cold caches)."""
+        messages = min(BACK_TO_BACK, self.args.messages)
+        sent = await self.publish(cmd="burst", topic="calls", messages=messages, per=PER_PUBLISH)
+        return quantile_points(sorted(sent["call_ms"]))
+
     async def latency(self) -> dict[str, Any]:
+        back_to_back = await self.back_to_back()
         n = self.args.latency_subscribers
         messages = max(1, round(self.args.latency_seconds * self.args.rate / PER_PUBLISH))
         expected = messages * PER_PUBLISH
@@ -420,13 +434,14 @@ class Run:
             "accept_to_receive_ms": quantile_points(result["accept_ms"]),
             "publish_to_receive_ms": quantile_points(result["e2e_ms"]),
             "publish_call_ms": quantile_points(calls),
+            "publish_call_back_to_back_ms": back_to_back,
             "cpu_percent": used,
         }
 
 
 def topics(args: argparse.Namespace) -> list[str]:
     fans = [f"fan{n}x{per}" for n in args.subscribers for per in args.per_message]
-    return ["warm", "idle", "latency", *fans]
+    return ["warm", "idle", "calls", "latency", *fans]
 
 
 async def one_run(args: argparse.Namespace, system: str, workdir: Path) -> dict[str, Any]:
@@ -537,6 +552,7 @@ def metrics(args: argparse.Namespace) -> list[tuple[str, str, bool]]:
         ("e2e_p50", "publish->receive p50 ms", False),
         ("e2e_p99", "publish->receive p99 ms", False),
         ("publish_call_p50", "publish call p50 ms", False),
+        ("publish_b2b_p50", "publish call p50 ms, back to back", False),
         ("idle_kb", f"idle KB/connection, N={args.idle}", False),
     ]
     return rows
@@ -556,6 +572,7 @@ def flatten(figures: dict[str, Any]) -> dict[str, float]:
         flat["e2e_p50"] = lat["publish_to_receive_ms"]["p50"]
         flat["e2e_p99"] = lat["publish_to_receive_ms"]["p99"]
         flat["publish_call_p50"] = lat["publish_call_ms"]["p50"]
+        flat["publish_b2b_p50"] = lat["publish_call_back_to_back_ms"]["p50"]
     if "memory" in figures:
         flat["idle_kb"] = figures["memory"]["kb_per_connection"]
     return flat

@@ -58,6 +58,8 @@ async def test_the_peer_bench_measures_rspush_in_its_tiniest_mode(tmp_path: Path
     latency = run["latency"]
     assert latency["samples"] == latency["expected_samples"] > 0
     assert 0 <= latency["accept_to_receive_ms"]["p50"] <= latency["accept_to_receive_ms"]["p99"]
+    calls = latency["publish_call_back_to_back_ms"]
+    assert 0 < calls["p50"] <= calls["max"], calls
     # The hub's own share, read from its histograms of the latency topic.
     for share in ("hub_lag_ms", "hub_write_ms"):
         assert 0 <= latency[share]["p50"] <= latency[share]["p99"] < 1000, latency[share]

@@ -4,6 +4,7 @@
 //   setup {system, url, token?, stream?}   connect (rspush: a keep-alive HTTP connection)
 //   burst {topic, messages, per}           `messages` messages of `per` changes, one after the
 //                                          other, each publish call awaited (prepared first)
+//                                          and timed
 //   paced {topic, messages, per, rate}     `per` changes every per/rate s (datetime = now),
 //                                          each call awaited; late calls counted
 //
@@ -118,9 +119,14 @@ async function burst({ topic, messages, per }) {
     payloads.push(target.encode(topic, nextChanges(per)));
     seq += per;
   }
+  const calls = [];
   const started = nowMs();
-  for (const payload of payloads) await target.publish(topic, payload);
-  return { started: started / 1000, finished: nowMs() / 1000 };
+  for (const payload of payloads) {
+    const t0 = performance.now();
+    await target.publish(topic, payload);
+    calls.push(performance.now() - t0);
+  }
+  return { started: started / 1000, finished: nowMs() / 1000, call_ms: calls };
 }
 
 async function paced({ topic, messages, per, rate }) {
