@@ -16,7 +16,9 @@ then in this process, in the same run:
    keep-alive POSTs, ``harness.hub.Poster``) post the same fragments; changes/s accepted =
    total changes / wall time. Headline: hub changes/s / minimal path changes/s;
 3. publish calls: one client posts 10-change fragments at ``--rate`` changes/s (one POST
-   every 10 ms at 1,000/s) for ``--latency-seconds``; p50/p99/max of the POST round trip.
+   every 10 ms at 1,000/s) for ``--latency-seconds``, then as many back to back; for each,
+   p50/p99/max of the POST round trip and the CPU the hub's processes (workers and
+   valkey-server) spent per call: a hub woken every 10 ms starts each call with cold caches.
 
 All servers bind 127.0.0.1 and are stopped at the end; every wait is bounded.
 """
@@ -47,7 +49,7 @@ from lxml import etree
 from .fragments import change_fragment, w3c
 from .harness.hub import Hub, Poster, start_hub
 from .harness.results import command_line, git_state, log, quantiles, write_json
-from .harness.system import Cpu, children
+from .harness.system import Cpu, children, cpu_s, descendants
 
 SITEMAP = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 RS = "{http://www.openarchives.org/rs/terms/}"
@@ -119,27 +121,65 @@ async def hub_ingest(hub: Hub, bodies: list[bytes], posters: int) -> float:
     return time.perf_counter() - started
 
 
-async def publish_latency(hub: Hub, rate: int, seconds: float) -> list[float]:
-    """10-change POSTs at ``rate`` changes/s on a fixed schedule; each round trip in ms."""
-    client = Poster(hub.port, quickack=True)
-    interval = 10 / rate
-    latencies: list[float] = []
-    n = 0
-    try:
+class PublishCalls:
+    """10-change POSTs on one keep-alive connection, each round trip timed, and the CPU the
+    hub's processes (its workers and its valkey-server) spent on them."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.client = Poster(hub.port, quickack=True)
+        self.n = 0
+
+    async def post(self) -> float:
+        """One call; its round trip in ms. The fragment is built before the clock starts."""
+        now = datetime.now(UTC)
+        body = change_fragment(((self.n + i, w3c(now)) for i in range(10)), distinct=50_000)
+        self.n += 10
+        sent = time.perf_counter()
+        await self.client.post("latency", body)
+        return (time.perf_counter() - sent) * 1000
+
+    def cpu_s(self) -> float:
+        return sum(cpu_s(pid) for pid in [self.hub.pid, *descendants(self.hub.pid)])
+
+    async def paced(self, rate: int, seconds: float) -> tuple[list[float], float]:
+        """At ``rate`` changes/s on a fixed schedule for ``seconds``: the round trips (ms,
+        sorted) and the hub's CPU ms per call."""
+        interval = 10 / rate
+        latencies: list[float] = []
+        used = self.cpu_s()
         started = time.perf_counter()
-        while (elapsed := time.perf_counter() - started) < seconds:
-            now = datetime.now(UTC)
-            body = change_fragment(((n + i, w3c(now)) for i in range(10)), distinct=50_000)
-            n += 10
-            sent = time.perf_counter()
-            await client.post("latency", body)
-            latencies.append((time.perf_counter() - sent) * 1000)
+        while time.perf_counter() - started < seconds:
+            latencies.append(await self.post())
             due = started + len(latencies) * interval
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        del elapsed
+        return sorted(latencies), (self.cpu_s() - used) * 1000 / len(latencies)
+
+    async def back_to_back(self, calls: int) -> tuple[list[float], float]:
+        """``calls`` calls, each sent as soon as the last is answered: the same figures."""
+        used = self.cpu_s()
+        latencies = [await self.post() for _ in range(calls)]
+        return sorted(latencies), (self.cpu_s() - used) * 1000 / calls
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def publish_calls(hub: Hub, rate: int, seconds: float) -> dict[str, Any]:
+    """The paced calls, then as many back to back: what a process kept busy costs beside
+    one woken every few milliseconds (its caches cold, on a virtual machine its CPU too)."""
+    calls = PublishCalls(hub)
+    try:
+        paced, paced_cpu = await calls.paced(rate, seconds)
+        busy, busy_cpu = await calls.back_to_back(len(paced))
     finally:
-        await client.close()
-    return sorted(latencies)
+        await calls.close()
+    return {
+        "paced_ms": paced,
+        "paced_cpu_ms_per_call": paced_cpu,
+        "back_to_back_ms": busy,
+        "back_to_back_cpu_ms_per_call": busy_cpu,
+    }
 
 
 @contextlib.contextmanager
@@ -213,7 +253,8 @@ def main() -> None:
                 hub_s = asyncio.run(hub_ingest(hub, bodies, args.posters))
             used = cpu.used()
             log("publish calls: %d changes/s for %.0f s", args.rate, args.latency_seconds)
-            latencies = asyncio.run(publish_latency(hub, args.rate, args.latency_seconds))
+            calls = asyncio.run(publish_calls(hub, args.rate, args.latency_seconds))
+            latencies = calls["paced_ms"]
         except BaseException:
             hub.print_log(40)
             raise
@@ -240,6 +281,9 @@ def main() -> None:
         "publish_calls": len(latencies),
         "publish_ms": quantiles(latencies),
         "publish_mean_ms": statistics.fmean(latencies) if latencies else float("nan"),
+        "publish_hub_cpu_ms_per_call": calls["paced_cpu_ms_per_call"],
+        "back_to_back_ms": quantiles(calls["back_to_back_ms"]),
+        "back_to_back_hub_cpu_ms_per_call": calls["back_to_back_cpu_ms_per_call"],
     }
     print(f"{results['command']}  ({results['checkout']})")
     print(
@@ -257,7 +301,14 @@ def main() -> None:
     q = results["publish_ms"]
     print(
         f"  publish calls, 10 changes at {args.rate}/s ({len(latencies)} calls): "
-        f"p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms, max {q['max']:.2f} ms"
+        f"p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms, max {q['max']:.2f} ms; "
+        f"hub CPU {results['publish_hub_cpu_ms_per_call']:.2f} ms per call"
+    )
+    q = results["back_to_back_ms"]
+    print(
+        f"  the same number back to back:            "
+        f"p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms, max {q['max']:.2f} ms; "
+        f"hub CPU {results['back_to_back_hub_cpu_ms_per_call']:.2f} ms per call"
     )
     if args.json:
         write_json(args.json, results)
