@@ -382,7 +382,7 @@ class Run:
 
     async def hub_anatomy(self) -> dict[str, Any]:
         """Where rspush's acceptance -> receive goes, from the hub's own histograms (per batch
-        of the latency topic): acceptance to the start of the batch's writes
+        of the latency topic): acceptance to the push worker handing the batch out (before framing)
         (``rspush_push_lag_seconds``; acceptance is the stream id's whole millisecond, so
         this includes up to 1 ms of that rounding), and writing the batch to every subscriber
         (``rspush_push_write_seconds``). The rest is the clients' own share."""
@@ -637,7 +637,7 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> str:
         write = [a["hub_write_ms"] for a in anatomy]
         lines.append(
             "rspush hub, per batch of the latency phase (median of runs; histogram buckets): "
-            f"acceptance -> writes start p50 {median([x['p50'] for x in lag]):.2f} / "
+            f"acceptance -> hand-out p50 {median([x['p50'] for x in lag]):.2f} / "
             f"p99 {median([x['p99'] for x in lag]):.2f} ms, writing it to every subscriber "
             f"p50 {median([x['p50'] for x in write]):.2f} / "
             f"p99 {median([x['p99'] for x in write]):.2f} ms"

@@ -95,8 +95,8 @@ class HubMetrics:
         )
         self.push_lag = Histogram(
             "rspush_push_lag_seconds",
-            "Acceptance (stream id time, whole milliseconds) to the start of the batch's "
-            "writes, per batch",
+            "Acceptance (stream id time, whole milliseconds) to the push worker handing the "
+            "batch out (before framing and writing it), per batch",
             ["topic"],
             buckets=LAG_BUCKETS,
             registry=self.registry,
