@@ -109,21 +109,29 @@ def exchanges(hops: int, times: int, gap_s: float) -> dict[str, float]:
         processes.append(context.Process(target=_relay, args=(first, port), daemon=True))
     for process in processes:
         process.start()
-    sock = _connect(first.getsockname()[1])
+    try:
+        sock = _connect(first.getsockname()[1])
+    except BaseException:
+        _stop(processes)
+        raise
 
     def once() -> None:
         sock.sendall(MESSAGE)
         got = 0
         while got < len(MESSAGE):
-            got += len(sock.recv(65536))
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the other end of the chain closed")
+            got += len(chunk)
 
     try:
         _timed(min(200, times), 0, once)  # warm-up
         return _timed(times, gap_s, once)
     finally:
         sock.close()
-        for process in processes:
-            process.join(10)
+        _stop(processes)
+        server.close()
+        first.close()
 
 
 def sends(count: int, times: int, gap_s: float) -> dict[str, float]:
@@ -137,19 +145,30 @@ def sends(count: int, times: int, gap_s: float) -> dict[str, float]:
     ]
     for reader in readers:
         reader.start()
-    socks = [_accept(server) for _ in range(count // READERS * READERS)]
+    socks: list[socket.socket] = []
 
     def once() -> None:
         for sock in socks:
             sock.send(FRAME)
 
     try:
+        socks.extend(_accept(server) for _ in range(count // READERS * READERS))
         return _timed(times, gap_s, once)
     finally:
         for sock in socks:
             sock.close()
-        for reader in readers:
-            reader.join(10)
+        _stop(readers)
+        server.close()
+
+
+def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    """Each process has ended by itself (its sockets closed) or is ended: none outlives the
+    bench."""
+    for process in processes:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(10)
 
 
 def main() -> None:
@@ -167,12 +186,13 @@ def main() -> None:
             log("exchanges: %d hops, %s", hops, name)
             figures[f"exchange {hops} hops, {name}"] = exchanges(hops, args.exchanges, gap)
     log("sends: %d connections", args.sockets)
-    figures[f"{args.sockets} sends, {args.gap_ms:g} ms apart"] = sends(
+    sockets = args.sockets // READERS * READERS
+    figures[f"{sockets} sends, {args.gap_ms:g} ms apart"] = sends(
         args.sockets, max(100, args.exchanges // 10), gap_s
     )
     load = f"load {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f}"
     print(f"{command_line('bench.bench_floor')}  ({git_state()}; {os.cpu_count()} cpus; {load})")
-    print(f"{'':<32} {'p50':>8} {'p90':>8} {'p99':>8}   (µs)")
+    print(f"{'(µs)':<32} {'p50':>8} {'p90':>8} {'p99':>8}")
     for name, q in figures.items():
         print(f"{name:<32} {q['p50']:8.0f} {q['p90']:8.0f} {q['p99']:8.0f}")
     if args.json:
@@ -184,7 +204,7 @@ def main() -> None:
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),
                 "load": load,
-                "figures": figures,
+                "figures_us": figures,
             },
         )
 

@@ -381,11 +381,12 @@ class Run:
         }
 
     async def hub_anatomy(self) -> dict[str, Any]:
-        """Where rspush's acceptance -> receive goes, from the hub's own histograms (per batch
-        of the latency topic): acceptance to the push worker handing the batch out (before framing)
-        (``rspush_push_lag_seconds``; acceptance is the stream id's whole millisecond, so
-        this includes up to 1 ms of that rounding), and writing the batch to every subscriber
-        (``rspush_push_write_seconds``). The rest is the clients' own share."""
+        """Two parts of rspush's acceptance -> receive, from the hub's own histograms (per
+        batch of the latency topic, read between bucket bounds): acceptance to the push worker
+        handing the batch out (``rspush_push_lag_seconds``; acceptance is the stream id's whole
+        millisecond, so this includes up to 1 ms of that rounding), and the socket writes of
+        the batch to every subscriber, to the last (``rspush_push_write_seconds``). Not in
+        either: encoding and framing the batch, the event loop, the kernel and the clients."""
         figures: dict[str, Any] = {}
         async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
             for key, name in (
@@ -400,8 +401,8 @@ class Run:
 
     async def back_to_back(self) -> dict[str, float]:
         """Publish calls of ``PER_PUBLISH`` changes one after the other to a topic nobody
-        follows: the publish path alone, kept busy (the paced calls below wait ~10 ms
-        between calls, and a process that has slept starts each call with cold caches)."""
+        follows: the publish path alone, kept busy. (The paced calls below differ in two
+        ways: ~10 ms apart, and while the server fans each one out to the subscribers.)"""
         messages = min(BACK_TO_BACK, self.args.messages)
         sent = await self.publish(cmd="burst", topic="calls", messages=messages, per=PER_PUBLISH)
         return quantile_points(sorted(sent["call_ms"]))

@@ -16,6 +16,13 @@ def test_a_quantile_is_read_between_the_bounds_of_its_bucket() -> None:
     assert histogram_quantile(shares, 0.9) == 0.002
 
 
+def test_a_quantile_skips_empty_buckets_and_any_key_order() -> None:
+    # Nothing between 1 and 2 ms: the 75 % point lies in the next bucket that holds any.
+    shares = {"+Inf": 1.0, "0.004": 1.0, "0.002": 0.5, "0.001": 0.5}
+    assert math.isclose(histogram_quantile(shares, 0.75), 0.003)
+    assert histogram_quantile(shares, 0.5) == 0.001
+
+
 def test_a_quantile_past_the_last_bound_or_of_nothing_is_unknown() -> None:
     assert math.isnan(histogram_quantile({"0.001": 0.5, "+Inf": 1.0}, 0.99))
     assert math.isnan(histogram_quantile({}, 0.5))

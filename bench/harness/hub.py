@@ -214,9 +214,11 @@ async def histogram(
 
 
 def histogram_quantile(shares: dict[str, float], q: float) -> float:
-    """The ``q`` quantile of a histogram given as :func:`histogram` returns it, read linearly
-    between the bounds of the bucket it falls in (as Prometheus' ``histogram_quantile`` does);
-    NaN when the histogram is empty or the quantile lies in the ``+Inf`` bucket."""
+    """The ``q`` quantile (0 < q <= 1) of a histogram given as :func:`histogram` returns it,
+    read linearly between the bounds of the bucket it falls in, from 0 for the first, as
+    Prometheus' ``histogram_quantile`` reads it; NaN when the histogram is empty or the
+    quantile lies in the ``+Inf`` bucket (where Prometheus answers the highest finite bound,
+    which would pass a value off as measured)."""
     bounds = sorted((float(le), share) for le, share in shares.items() if le != "+Inf")
     below, below_share = 0.0, 0.0
     for bound, share in bounds:

@@ -96,15 +96,16 @@ class HubMetrics:
         self.push_lag = Histogram(
             "rspush_push_lag_seconds",
             "Acceptance (stream id time, whole milliseconds) to the push worker handing the "
-            "batch out (before framing and writing it), per batch",
+            "batch out (before encoding and writing it), per batch",
             ["topic"],
             buckets=LAG_BUCKETS,
             registry=self.registry,
         )
         self.push_write = Histogram(
             "rspush_push_write_seconds",
-            "Writing one batch's frames to every live subscriber of the topic in this "
-            "process (one socket write each), per batch",
+            "Writing one batch to every live subscriber of the topic in this process (one "
+            "socket write per frame per subscriber; the encoding and framing before it not "
+            "counted), per batch",
             ["topic"],
             buckets=WRITE_BUCKETS,
             registry=self.registry,

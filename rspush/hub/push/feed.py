@@ -284,14 +284,17 @@ class TopicFeed:
             sub.last_sent = last
             sub.until = until
         lag = time.time() - batch.changes[0].position.ms / 1000
+        writing = 0.0  # the socket writes alone, not the encoding and framing before them
+        subscribers = 0
         for fmt, connections in by_format.items():
             frames = self.wired(batch, fmt)
             started = time.perf_counter()
             for payload, wire in frames:
                 write_text(connections, payload, wire)
-            written = time.perf_counter() - started
-            if self.on_sent is not None:
-                self.on_sent(self.topic, len(connections), len(batch.changes), lag, written)
+            writing += time.perf_counter() - started
+            subscribers += len(connections)
+        if self.on_sent is not None and subscribers:
+            self.on_sent(self.topic, subscribers, len(batch.changes), lag, writing)
         self._delivered(last)
 
     def deliver_framework(self, frame: bytes) -> None:
