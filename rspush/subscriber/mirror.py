@@ -292,13 +292,13 @@ class Mirror:
                 change = kept[i]
                 results[i] = settle(change, stored.get(change.uri))
             return
-        path_for = self.uri_map.path_for
+        text_for = self.uri_map.text_for
         apply, deleted = Decision.APPLY, ChangeType.DELETED
         for i in todo:
             change = kept[i]
             row = stored.get(change.uri)
             try:
-                relative = path_for(change.uri) if decide(row, change) is apply else None
+                relative = text_for(change.uri) if decide(row, change) is apply else None
             except Exception:  # noqa: BLE001 - refused or worse: _settle says which
                 relative = None
             if relative is None:
@@ -309,7 +309,7 @@ class Mirror:
                 length, hash_text = None, None
             else:
                 length, hash_text = change.length, change.hash_text
-            state = new_state(change.uri, change.time, str(kind), length, hash_text, str(relative))
+            state = new_state(change.uri, change.time, str(kind), length, hash_text, relative)
             results[i] = (state, None)
 
     def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
