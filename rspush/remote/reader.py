@@ -37,6 +37,17 @@ class _Validators:
     last_modified: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A document's bytes as :meth:`DocumentReader.read` got them, not parsed yet."""
+
+    url: str
+    data: bytes
+    validators: _Validators | None
+    """What a conditional read's next request sends (kept once the bytes parse); None for
+    an unconditional read."""
+
+
 class DocumentReader:
     def __init__(
         self,
@@ -55,6 +66,13 @@ class DocumentReader:
     async def get(self, url: str, *, conditional: bool = False) -> Document | None:
         """The document at ``url``; None when ``conditional`` and it has not changed since
         the last time (HTTP 304). Raises :class:`SourceError` for anything unusable."""
+        body = await self.read(url, conditional=conditional)
+        return None if body is None else self.parse(body)
+
+    async def read(self, url: str, *, conditional: bool = False) -> Body | None:
+        """:meth:`get` in two steps, this the first: the document's bytes, not parsed yet
+        (:meth:`parse` them), so that a caller can parse them and use the document in one
+        synchronous stretch. None when ``conditional`` and it has not changed (HTTP 304)."""
         headers = {}
         known = self._validators.get(url) if conditional else None
         if known is not None:
@@ -89,14 +107,21 @@ class DocumentReader:
             raise SourceError(f"GET {url}: {deadline.reason}", transient=True) from exc
         except httpx.HTTPError as exc:
             raise SourceError(f"GET {url}: {type(exc).__name__}: {exc}", transient=True) from exc
-        try:
-            document = parse_document(decompressed(bytes(body), max_bytes=self.max_bytes))
-        except DocumentError as exc:
-            raise SourceError(f"{url}: {exc}") from exc
+        validators = None
         if conditional:
-            self._validators[url] = _Validators(
-                reply.headers.get("etag"), reply.headers.get("last-modified")
-            )
+            validators = _Validators(reply.headers.get("etag"), reply.headers.get("last-modified"))
+        return Body(url, bytes(body), validators)
+
+    def parse(self, body: Body) -> Document:
+        """The document of bytes :meth:`read` returned. Raises :class:`SourceError` when they
+        are not a usable document; once they are, a conditional read's validators are kept
+        for the next one."""
+        try:
+            document = parse_document(decompressed(body.data, max_bytes=self.max_bytes))
+        except DocumentError as exc:
+            raise SourceError(f"{body.url}: {exc}") from exc
+        if body.validators is not None:
+            self._validators[body.url] = body.validators
         return document
 
     def forget(self, url: str) -> None:

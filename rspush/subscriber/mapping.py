@@ -132,10 +132,30 @@ class UriMap:
         if path is None:
             if len(self._memo) >= _MEMO_SIZE:
                 self._memo.clear()
-            path = self._memo[uri] = self._path_for(uri)
+            directory, names = self._place(uri)
+            path = self._memo[uri] = directory.joinpath(*names)
         return path
 
-    def _path_for(self, uri: str) -> PurePosixPath:
+    @cached_property
+    def _text_memo(self) -> dict[str, str]:
+        return {}
+
+    def text_for(self, uri: str) -> str:
+        """``str(self.path_for(uri))``, without building the path: what a checkpoint row
+        records, for a catch-up's tens of thousands of changes (the same checks, the same
+        refusals)."""
+        text = self._text_memo.get(uri)
+        if text is None:
+            if len(self._text_memo) >= _MEMO_SIZE:
+                self._text_memo.clear()
+            directory, names = self._place(uri)
+            # Each name is one part (no separator, never "." or ".." or empty: _safe_name),
+            # so joining the parts is what the path's own text would be.
+            text = self._text_memo[uri] = "/".join((*directory.parts, *names))
+        return text
+
+    def _place(self, uri: str) -> tuple[PurePosixPath, list[str]]:
+        """The directory of the rule that covers ``uri`` and the file names under it."""
         try:
             parts = urlsplit(uri)
             origin = self._origin(uri, parts)
@@ -165,7 +185,7 @@ class UriMap:
             first = directory.parts[0] if directory.parts else names[0]
             if first == STATE_DIR:
                 raise UnmappedURIError(uri, f"maps into the agent's own {STATE_DIR}/ directory")
-            return directory.joinpath(*names)
+            return directory, names
         covered = ", ".join(rule[0] for rule in self.rules) or "nothing"
         raise UnmappedURIError(
             uri, f"no --map covers it (mapped: {covered}); add --map {_origin(uri)}=DIR"

@@ -292,13 +292,13 @@ class Mirror:
                 change = kept[i]
                 results[i] = settle(change, stored.get(change.uri))
             return
-        path_for = self.uri_map.path_for
+        text_for = self.uri_map.text_for
         apply, deleted = Decision.APPLY, ChangeType.DELETED
         for i in todo:
             change = kept[i]
             row = stored.get(change.uri)
             try:
-                relative = path_for(change.uri) if decide(row, change) is apply else None
+                relative = text_for(change.uri) if decide(row, change) is apply else None
             except Exception:  # noqa: BLE001 - refused or worse: _settle says which
                 relative = None
             if relative is None:
@@ -309,7 +309,7 @@ class Mirror:
                 length, hash_text = None, None
             else:
                 length, hash_text = change.length, change.hash_text
-            state = new_state(change.uri, change.time, str(kind), length, hash_text, str(relative))
+            state = new_state(change.uri, change.time, str(kind), length, hash_text, relative)
             results[i] = (state, None)
 
     def _stored(self, uris: set[str]) -> dict[str, ResourceState]:
@@ -665,8 +665,8 @@ class Mirror:
         self.checkpoint.commit_batch()
         self._batched = 0
         pending, self._unreported = self._unreported, []
-        for args in pending:
-            self._report(*args)
+        if pending:
+            self._report(pending)
 
     @property
     def _listened(self) -> bool:
@@ -679,27 +679,33 @@ class Mirror:
         if self._batched >= _BATCH_MAX:
             self.commit()
 
-    def _report(
-        self, change: ResourceChange, event: str, now: datetime, extra: dict[str, Any]
-    ) -> None:
-        if self.on_outcome is not None:
-            self.on_outcome(Outcome(change, event, now, extra.get("reason")))
-        if self.events is None:
-            return
-        # Only the fields an event carries (not the whole change: its hash text, length...).
-        data: dict[str, Any] = {
-            "event": event,
-            "uri": change.uri,
-            "change": str(change.change),
-            "time": format_w3c_datetime(change.time),
-            "channel": str(change.channel),
-        }
-        if change.position is not None:
-            data["position"] = change.position
-        if self._applied_text[0] != now:  # a batch reports many outcomes at one moment
-            self._applied_text = (now, format_w3c_datetime(now))
-        data["applied"] = self._applied_text[1]
-        self.events(data | extra if extra else data)
+    def _report(self, pending: list[tuple[ResourceChange, str, datetime, dict[str, Any]]]) -> None:
+        """Each outcome of ``pending`` to the listeners, in order: a run's thousands in one
+        loop, what they share (the sinks, the moment they were applied) looked up once."""
+        on_outcome, events = self.on_outcome, self.events
+        applied_at, applied_text = self._applied_text
+        try:
+            for change, event, now, extra in pending:
+                if on_outcome is not None:
+                    on_outcome(Outcome(change, event, now, extra.get("reason")))
+                if events is None:
+                    continue
+                if applied_at != now:  # a batch reports many outcomes at one moment
+                    applied_at, applied_text = now, format_w3c_datetime(now)
+                # Only the fields an event carries (not the whole change: hash text, length…).
+                data: dict[str, Any] = {
+                    "event": event,
+                    "uri": change.uri,
+                    "change": str(change.change),
+                    "time": format_w3c_datetime(change.time),
+                    "channel": str(change.channel),
+                }
+                if change.position is not None:
+                    data["position"] = change.position
+                data["applied"] = applied_text
+                events(data | extra if extra else data)
+        finally:
+            self._applied_text = (applied_at, applied_text)
 
 
 _NO_EXTRA: dict[str, Any] = {}
