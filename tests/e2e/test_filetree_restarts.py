@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,11 @@ async def test_a_batch_committed_before_a_crash_is_reposted_with_its_key(
     root = tmp_path / "tree"
     write(root / "a.txt", b"a\n")
     write(root / "b.txt", b"b\n")
+    # Both quiet long ago, so the first run posts them as one batch: files written within
+    # the quiet period would each wait their own, and a slow machine could split them.
+    old = time.time() - 60
+    for name in ("a.txt", "b.txt"):
+        os.utime(root / name, (old, old))
     port = int(hub.url.rsplit(":", 1)[1])
     async with LossyProxy(port, drop=1_000).running() as proxy:
         args = watch_args(root, "http://files.example/", proxy.url, "--once")
