@@ -61,7 +61,9 @@ class ResourceChange:
         """What apply is idempotent on: URI, change datetime, change type."""
         return (self.uri, self.time, self.change)
 
-    def as_json(self) -> dict[str, Any]:
+    def identity_json(self) -> dict[str, Any]:
+        """The fields that say which change this is (URI, type, time, channel, position):
+        what an agent event carries of it."""
         data: dict[str, Any] = {
             "uri": self.uri,
             "change": str(self.change),
@@ -70,6 +72,10 @@ class ResourceChange:
         }
         if self.position is not None:
             data["position"] = self.position
+        return data
+
+    def as_json(self) -> dict[str, Any]:
+        data = self.identity_json()
         if self.length is not None:
             data["length"] = self.length
         if self.hashes:

@@ -693,15 +693,7 @@ class Mirror:
                 if applied_at != now:  # a batch reports many outcomes at one moment
                     applied_at, applied_text = now, format_w3c_datetime(now)
                 # Only the fields an event carries (not the whole change: hash text, length…).
-                data: dict[str, Any] = {
-                    "event": event,
-                    "uri": change.uri,
-                    "change": str(change.change),
-                    "time": format_w3c_datetime(change.time),
-                    "channel": str(change.channel),
-                }
-                if change.position is not None:
-                    data["position"] = change.position
+                data: dict[str, Any] = {"event": event, **change.identity_json()}
                 data["applied"] = applied_text
                 events(data | extra if extra else data)
         finally:
