@@ -21,10 +21,9 @@ from datetime import UTC, datetime
 
 from rspush.remote.reader import Body, DocumentReader
 from rspush.resourcesync import Capability, Change, Document, FrameworkChange
-from rspush.resourcesync.hashes import HashValue
 from rspush.resourcesync.w3cdt import format_w3c_datetime
 
-from .changes import CHANGE_TYPES, ChangeType, Channel, ResourceChange, listed_change
+from .changes import ChangeType, Channel, ResourceChange, entry_change
 from .errors import SourceError
 from .gcpause import gc_paused
 
@@ -336,27 +335,9 @@ def dated_changes(
     unplaced: list[Unplaced] = []
     append = changes.append
     for entry in document.entries:
-        # from_entry(entry, channel, default_time=placed_by), inline: this runs for every
-        # entry of every list read, and the entry's properties would each look at md again.
-        about = entry.md
-        hashes: tuple[HashValue, ...]
-        if about is None:
-            change_type: ChangeType | None = ChangeType.CREATED
-            when, length, hashes, media_type = entry.lastmod, None, (), None
-        else:
-            change_type = CHANGE_TYPES.get(about.change)
-            if change_type is None and about.change is None:
-                change_type = ChangeType.CREATED  # a Resource List entry: its current state
-            when = about.datetime if about.datetime is not None else entry.lastmod
-            length, hashes, media_type = about.length, about.hash, about.type
-        time = when if when is not None else placed_by
-        if change_type is not None and time is not None:
-            change = listed_change(
-                entry.loc, change_type, time, channel, length, hashes, media_type, entry.links
-            )
-            if when is None:
-                change.extra[PLACED] = True
-            placed_by = time
+        change = entry_change(entry, channel, placed_by, PLACED)
+        if change is not None:
+            placed_by = change.time
             append(change)
             continue
         kind = entry.md.change if entry.md is not None else None

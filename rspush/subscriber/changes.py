@@ -146,25 +146,36 @@ def from_entry(
 ) -> ResourceChange | None:
     """A Resource List entry (no ``change``: it is the resource's current state, applied as
     ``created``) or a Change List entry. None when the entry has no usable time."""
+    return entry_change(entry, channel, default_time)
+
+
+def entry_change(
+    entry: Entry, channel: Channel, default_time: datetime | None, placed: str | None = None
+) -> ResourceChange | None:
+    """:func:`from_entry`; with ``placed``, a change that took ``default_time`` (the entry
+    gave none) has that key set in its ``extra``. Runs for every entry of every list an agent
+    reads: the entry's ``md`` is looked at once (its properties would each look again) and
+    the change is built through its slots."""
     md = entry.md
-    change = None if md is None else CHANGE_TYPES.get(md.change)  # a dict: no Enum() per entry
-    if change is None:
-        if md is not None and md.change is not None:
-            return None  # a change type we do not know: never guess
-        change = ChangeType.CREATED
-    when = entry.change_time or default_time
-    if when is None:
+    hashes: tuple[HashValue, ...]
+    change = ChangeType.CREATED  # a Resource List entry: the resource's current state
+    if md is None:
+        when, length, hashes, media_type = entry.lastmod, None, (), None
+    else:
+        if md.change is not None:
+            known = CHANGE_TYPES.get(md.change)  # a dict: no Enum() per entry
+            if known is None:
+                return None  # a change type we do not know: never guess
+            change = known
+        when = md.datetime if md.datetime is not None else entry.lastmod
+        length, hashes, media_type = md.length, md.hash, md.type
+    time = when if when is not None else default_time
+    if time is None:
         return None
-    return ResourceChange(
-        uri=entry.loc,
-        change=change,
-        time=when,
-        channel=channel,
-        length=entry.length,
-        hashes=entry.hashes,
-        media_type=None if md is None else md.type,
-        links=entry.links,
-    )
+    made = listed_change(entry.loc, change, time, channel, length, hashes, media_type, entry.links)
+    if when is None and placed is not None:
+        made.extra[placed] = True
+    return made
 
 
 def from_push(data: dict[str, Any], *, epoch: str) -> ResourceChange:
